@@ -1,5 +1,5 @@
-// Bundle every widget entry point js/widgets/<name>.ts (plus a sibling <name>.css if present)
-// into src/vinlens/widgets/static/<name>.js/.css as ES modules, as anywidget expects.
+// Bundle every widget entry point js/widgets/<name>.ts into src/vinlens/widgets/static/<name>.js
+// (ES module, as anywidget expects) and the CSS it imports into <name>.css.
 // A manifest.json lists what was built; the Python build hook checks it exists.
 import * as esbuild from "esbuild";
 import { readdirSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
@@ -18,13 +18,10 @@ if (entries.length === 0) {
   process.exit(1);
 }
 const entryPoints = entries.map((f) => join(entryDir, f));
-const cssEntries = readdirSync(entryDir)
-  .filter((f) => f.endsWith(".css"))
-  .map((f) => join(entryDir, f));
 
 mkdirSync(outdir, { recursive: true });
 const options = {
-  entryPoints: [...entryPoints, ...cssEntries],
+  entryPoints, // a widget's `import "./x.css"` lands beside it as <name>.css
   bundle: true,
   format: "esm",
   target: "es2022",

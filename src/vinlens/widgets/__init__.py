@@ -1,0 +1,1 @@
+"""Notebook widgets (anywidget) that show the records of the vinlens engines."""
