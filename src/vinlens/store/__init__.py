@@ -1,0 +1,134 @@
+"""VIN offline store v1: format, read-only access, reader, writer, torch dataset, synthetic data.
+
+The normative format is ``docs/store-format.md``. Public API (stable; any change is
+announced here in a CHANGES line):
+
+Format (:mod:`vinlens.store.format`)
+    ``VinOfflineStoreConfig(store_dir: Path, raw_dataset_dir: Path | None = None)``
+        frozen Pydantic model; the ``store`` argument of every reader/diagnostics function.
+    ``VinOfflineManifest`` (``format, version, created_at, num_samples, num_candidates,
+    capabilities: Capabilities(scene_labels), materialized_blocks: MaterializedBlocks(backbone,
+    rri_components, candidate_ids, candidate_poses), shards: tuple[StoreShardSpec, ...]``;
+    ``.shard(id)``, ``.shard_ids``, ``.block_names()``),
+    ``StoreShardSpec(shard_id, num_rows, blocks)`` (``.block(name) -> StoreBlockSpec | None``),
+    ``StoreBlockSpec(name, kind: BlockKind, dtype: str | None, shape: tuple[int, ...], optional)``
+    (``.num_rows``, ``.row_shape``, ``.estimated_bytes`` -> int | None),
+    ``BlockKind.ZARR_ARRAY | MSGPACK_INDEXED_RECORDS``,
+    ``SampleIndexRow(sample_index, sample_key, scene_id, snippet_id, split, shard_id, row)``,
+    ``parse_manifest(data: bytes, *, path: str)``, ``parse_sample_index(data, *, path, manifest=None)``,
+    constants ``MANIFEST_FILE, SAMPLE_INDEX_FILE, BACKBONE_PREFIX ("backbone."),
+    RRI_COMPONENT_PREFIX ("rri_components."), STORE_FORMAT, SUPPORTED_VERSIONS``,
+    path helpers ``shard_dir(id)``, ``arrays_dir(id)``, ``record_paths(id, block) -> (msgpack, offsets)``.
+    Errors (all subclass ``VinOfflineStoreError(ValueError)`` with ``.path``, ``.location``,
+    ``.expected``; the message names file, line/field and expectation):
+    ``StoreNotFoundError`` (also FileNotFoundError), ``ManifestError``,
+    ``UnsupportedFormatError`` (a ManifestError), ``SampleIndexError``, ``MissingShardError``,
+    ``MissingBlockError``, ``BlockMismatchError``, ``MissingChunksError``, ``CorruptChunkError``,
+    ``CorruptRecordError``, ``StoreExistsError`` (also FileExistsError), ``StoreReplacedError``.
+
+Access (:mod:`vinlens.store.access`) -- every file read of reader and diagnostics goes here
+    ``open_store_access(location) -> StoreAccess``; ``StoreAccess``: ``root``, ``describe(rel)``,
+    ``stat(rel="") -> FileStat(path, size, is_dir, mtime_ns, ctime_ns, device, inode)``,
+    ``exists(rel)``, ``list_dir(rel)``, ``walk_files(rel="", *, suffix=None)`` (sorted, recursive),
+    ``read_bytes(rel)``, ``read_bytes_with_stat(rel) -> (bytes, FileStat of that handle)``,
+    ``read_range(rel, start, length)``, ``open_binary(rel) -> IO[bytes]`` (seekable, read-only),
+    ``zarr_store(rel)`` (read-only zarr store), ``close()``. Use it for raw tar dirs too.
+
+Reader (:mod:`vinlens.store.reader`)
+    ``VinOfflineStoreReader(store, *, access=None)`` / ``open_vin_offline_store(store, *, validate=False)``:
+    attributes ``config, access, manifest, samples: tuple[SampleIndexRow, ...], generation:
+    StoreGeneration, store_dir (absolute Path), num_samples``; methods ``shard(id)``,
+    ``block_spec(shard_id, name)``, ``rows_by_split()``, ``zarr_array(shard_id, name)``,
+    ``chunk_status(shard_id, name) -> ChunkStatus``, ``missing_chunks()``,
+    ``read_rows(shard_id, name, start, stop)``, ``read_row(shard_id, name, row)``,
+    ``iter_row_batches(shard_id, name, *, max_bytes=8 MiB) -> Iterator[(first_row, ndarray)]``,
+    ``record_offsets(shard_id, name)``, ``read_record(shard_id, name, row) -> dict``,
+    ``iter_records(shard_id, name, start=0, stop=None, *, max_bytes=8 MiB) -> Iterator[(row, dict)]``,
+    ``read_vin_points(shard_id, row)``, ``iter_vin_points(shard_id, start=0, stop=None)``,
+    ``read_sample(sample_index) -> VinOfflineSample``, ``validate()``,
+    ``integrity_problems() -> tuple[StoreIntegrityProblem(kind, shard_id, block, path, message), ...]``,
+    ``check_generation()`` (raises StoreReplacedError), ``close()``, context manager.
+    ``capture_store_generation(store_or_access) -> StoreGeneration(store_dir, manifest,
+    sample_index, manifest_sha256)`` with ``.to_json_dict()``; ``as_store_config(store_or_path)``.
+    ``ChunkStatus(shard_id, block, path, expected_chunks, initialized_chunks, missing_chunks,
+    missing_examples)``.
+
+Samples and records
+    ``VinOfflineSample(sample_key, scene_id, snippet_id, split, vin_points, candidate_valid=None,
+    rri=None, rri_components={}, candidate_ids=None, candidate_poses=None, backbone={})``
+    (numpy; :mod:`vinlens.store.sample`); ``encode_record`` / ``decode_record``
+    (:mod:`vinlens.store.records`).
+
+Writer, dataset, synthetic data and CLI
+    ``VinOfflineStoreWriter`` (:mod:`vinlens.store.writer`),
+    ``VinOfflineDataset(config, split=None)``, ``collate_vin_oracle_batch``, ``VinOracleBatch``
+    (:mod:`vinlens.store.dataset`), ``write_synthetic_store`` / ``write_synthetic_raw_dataset``
+    (:mod:`vinlens.store.synthetic`); ``vinlens store make-demo|info`` (:mod:`vinlens.store.cli`).
+    Their signatures are in those modules' docstrings.
+"""
+
+from __future__ import annotations
+
+from vinlens.store.access import FileStat, StoreAccess, open_store_access
+from vinlens.store.format import (
+    BlockKind,
+    BlockMismatchError,
+    CorruptChunkError,
+    CorruptRecordError,
+    ManifestError,
+    MissingBlockError,
+    MissingChunksError,
+    MissingShardError,
+    SampleIndexError,
+    SampleIndexRow,
+    StoreBlockSpec,
+    StoreExistsError,
+    StoreNotFoundError,
+    StoreReplacedError,
+    StoreShardSpec,
+    UnsupportedFormatError,
+    VinOfflineManifest,
+    VinOfflineStoreConfig,
+    VinOfflineStoreError,
+)
+from vinlens.store.reader import (
+    ChunkStatus,
+    StoreGeneration,
+    StoreIntegrityProblem,
+    VinOfflineStoreReader,
+    capture_store_generation,
+    open_vin_offline_store,
+)
+from vinlens.store.sample import VinOfflineSample
+
+__all__ = [
+    "BlockKind",
+    "BlockMismatchError",
+    "ChunkStatus",
+    "CorruptChunkError",
+    "CorruptRecordError",
+    "FileStat",
+    "ManifestError",
+    "MissingBlockError",
+    "MissingChunksError",
+    "MissingShardError",
+    "SampleIndexError",
+    "SampleIndexRow",
+    "StoreAccess",
+    "StoreBlockSpec",
+    "StoreExistsError",
+    "StoreGeneration",
+    "StoreIntegrityProblem",
+    "StoreNotFoundError",
+    "StoreReplacedError",
+    "StoreShardSpec",
+    "UnsupportedFormatError",
+    "VinOfflineManifest",
+    "VinOfflineSample",
+    "VinOfflineStoreConfig",
+    "VinOfflineStoreError",
+    "VinOfflineStoreReader",
+    "capture_store_generation",
+    "open_store_access",
+    "open_vin_offline_store",
+]

@@ -1,0 +1,664 @@
+"""The on-disk contract of a VIN offline store, version 1, as validated Pydantic models.
+
+Everything a reader, writer or diagnostic needs to know about *what* is stored lives here:
+the manifest, its shards and blocks, one ``sample_index.jsonl`` row, the block names and
+dtypes the spec fixes, and the errors raised when a store breaks the contract. *How* files
+are reached is :mod:`vinlens.store.access`; *reading* them is :mod:`vinlens.store.reader`.
+
+Errors name the file, the line or field, and what was expected, because a store is usually
+written by one tool and read by another, and the person reading the message has to find
+the offending byte without our source code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "BACKBONE_PREFIX",
+    "MANIFEST_FILE",
+    "NUMERIC_DTYPES",
+    "RRI_COMPONENT_PREFIX",
+    "SAMPLE_INDEX_FILE",
+    "SHARDS_DIR",
+    "STORE_FORMAT",
+    "SUPPORTED_VERSIONS",
+    "BlockKind",
+    "BlockMismatchError",
+    "Capabilities",
+    "CorruptChunkError",
+    "CorruptRecordError",
+    "ManifestError",
+    "MaterializedBlocks",
+    "MissingBlockError",
+    "MissingChunksError",
+    "MissingShardError",
+    "SampleIndexError",
+    "SampleIndexRow",
+    "StoreBlockSpec",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "StoreReplacedError",
+    "StoreShardSpec",
+    "UnsupportedFormatError",
+    "VinOfflineManifest",
+    "VinOfflineStoreConfig",
+    "VinOfflineStoreError",
+    "arrays_dir",
+    "block_kind_for",
+    "expected_block_dtype",
+    "format_validation_error",
+    "parse_manifest",
+    "parse_sample_index",
+    "parse_sample_index_line",
+    "record_paths",
+    "shard_dir",
+]
+
+STORE_FORMAT: Final = "vin-offline-store"
+SUPPORTED_VERSIONS: Final[tuple[int, ...]] = (1,)
+MANIFEST_FILE: Final = "manifest.json"
+SAMPLE_INDEX_FILE: Final = "sample_index.jsonl"
+SHARDS_DIR: Final = "shards"
+BACKBONE_PREFIX: Final = "backbone."
+RRI_COMPONENT_PREFIX: Final = "rri_components."
+
+# Numeric dtypes a block or an ndarray record may carry. Object, string, void and datetime
+# dtypes are refused: they either need pickle or have no portable byte layout.
+NUMERIC_DTYPES: Final[frozenset[str]] = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    }
+)
+
+# Shard ids become directory names; keep them to one safe path component.
+_SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Block names become zarr node names and file stems.
+_BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+class VinOfflineStoreError(ValueError):
+    """A store breaks the v1 contract; the message names the file, location and expectation.
+
+    ``path`` is the offending file (or directory), ``location`` the field path or
+    ``line N`` inside it when there is one, ``expected`` a short statement of what the
+    spec requires. Subclasses say which rule was broken so tests and callers can tell
+    them apart without parsing messages.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        location: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.path = str(path) if path is not None else None
+        self.location = location
+        self.expected = expected
+        parts = []
+        if self.path is not None:
+            parts.append(self.path)
+        if location:
+            parts.append(location)
+        prefix = ": ".join(parts)
+        text = f"{prefix}: {message}" if prefix else message
+        if expected:
+            text = f"{text} (expected {expected})"
+        super().__init__(text)
+
+
+class StoreNotFoundError(VinOfflineStoreError, FileNotFoundError):
+    """The store directory or its ``manifest.json`` does not exist (not published, or mid-replace)."""
+
+
+class ManifestError(VinOfflineStoreError):
+    """``manifest.json`` is not valid JSON or does not match the v1 schema."""
+
+
+class UnsupportedFormatError(ManifestError):
+    """``format`` or ``version`` in ``manifest.json`` is not one this reader supports."""
+
+
+class SampleIndexError(VinOfflineStoreError):
+    """``sample_index.jsonl`` is malformed or disagrees with the manifest (gaps, duplicates, ...)."""
+
+
+class MissingShardError(VinOfflineStoreError):
+    """A shard declared in the manifest has no directory on disk."""
+
+
+class MissingBlockError(VinOfflineStoreError):
+    """A block is declared (or required by the spec) but its files are missing."""
+
+
+class BlockMismatchError(VinOfflineStoreError):
+    """A stored block's shape, dtype or layout differs from what the manifest declares."""
+
+
+class MissingChunksError(VinOfflineStoreError):
+    """A zarr block lacks chunk files; zarr would silently return fill values for them."""
+
+
+class CorruptChunkError(VinOfflineStoreError):
+    """A zarr chunk file exists but cannot be decoded (truncated or overwritten)."""
+
+
+class CorruptRecordError(VinOfflineStoreError):
+    """A msgpack record block or its offsets file is truncated, out of range or not v1 msgpack."""
+
+
+class StoreExistsError(VinOfflineStoreError, FileExistsError):
+    """The writer's target path exists and ``replace=True`` was not given (or is not a store)."""
+
+
+class StoreReplacedError(VinOfflineStoreError):
+    """The directory at the store path was replaced (another generation) while it was being read."""
+
+
+# --------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------
+
+
+class VinOfflineStoreConfig(BaseModel):
+    """Where a store lives: the ``store`` argument of every reader and diagnostics function.
+
+    ``raw_dataset_dir`` is the directory holding the raw ASE WebDataset ``*.tar`` shards
+    the store was built from; only coverage diagnostics need it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    store_dir: Path
+    raw_dataset_dir: Path | None = None
+
+    @field_validator("store_dir", "raw_dataset_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return None if value is None else Path(value).expanduser()
+
+
+class BlockKind(StrEnum):
+    """How a block is stored: a zarr v3 array, or msgpack maps indexed by an offsets file."""
+
+    ZARR_ARRAY = "zarr_array"
+    MSGPACK_INDEXED_RECORDS = "msgpack_indexed_records"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class StoreBlockSpec(_Strict):
+    """One block of one shard as declared in the manifest."""
+
+    name: str
+    kind: BlockKind
+    dtype: str | None
+    shape: tuple[int, ...]
+    optional: bool = False
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in {k.value for k in BlockKind}:
+            supported = ", ".join(repr(k.value) for k in BlockKind)
+            raise ValueError(f"unknown block kind {value!r}; supported: {supported}")
+        return BlockKind(value) if isinstance(value, str) else value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _BLOCK_NAME_PATTERN.match(value) or value.startswith("__"):
+            raise ValueError(
+                f"block name {value!r} is not a safe file name "
+                "(letters, digits, '_', '-', '.', not starting with '.', '-' or '__')"
+            )
+        return value
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("shape must have at least one axis (the row axis)")
+        if any(n < 0 for n in value):
+            raise ValueError(f"shape {list(value)} has a negative extent")
+        return value
+
+    @model_validator(mode="after")
+    def _dtype_for_kind(self) -> StoreBlockSpec:
+        if self.kind is BlockKind.ZARR_ARRAY:
+            if self.dtype not in NUMERIC_DTYPES:
+                raise ValueError(
+                    f"zarr block {self.name!r} has dtype {self.dtype!r}; "
+                    f"expected one of {sorted(NUMERIC_DTYPES)}"
+                )
+        else:
+            if self.dtype is not None:
+                raise ValueError(
+                    f"record block {self.name!r} must have dtype null, found {self.dtype!r}"
+                )
+            if len(self.shape) != 1:
+                raise ValueError(
+                    f"record block {self.name!r} must have shape [num_rows], found {list(self.shape)}"
+                )
+        return self
+
+    @property
+    def num_rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one row (the stored shape without the leading row axis)."""
+        return self.shape[1:]
+
+    @property
+    def estimated_bytes(self) -> int | None:
+        """Uncompressed numeric bytes of the block, or ``None`` for record blocks."""
+        if self.dtype is None:
+            return None
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+class StoreShardSpec(_Strict):
+    """One shard: a row count and the blocks holding those rows."""
+
+    shard_id: str
+    num_rows: int = Field(ge=0)
+    blocks: tuple[StoreBlockSpec, ...]
+
+    @field_validator("shard_id")
+    @classmethod
+    def _shard_id(cls, value: str) -> str:
+        if not _SHARD_ID_PATTERN.match(value):
+            raise ValueError(
+                f"shard_id {value!r} is not one safe path component "
+                "(letters, digits, '_', '-', '.', not starting with '.' or '-')"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _blocks_match_rows(self) -> StoreShardSpec:
+        seen: set[str] = set()
+        for block in self.blocks:
+            if block.name in seen:
+                raise ValueError(f"shard {self.shard_id!r} declares block {block.name!r} twice")
+            seen.add(block.name)
+            if block.shape[0] != self.num_rows:
+                raise ValueError(
+                    f"block {block.name!r} of shard {self.shard_id!r} has {block.shape[0]} rows "
+                    f"but the shard has num_rows={self.num_rows}"
+                )
+        return self
+
+    def block(self, name: str) -> StoreBlockSpec | None:
+        """The block called ``name``, or ``None`` when this shard does not store it."""
+        for block in self.blocks:
+            if block.name == name:
+                return block
+        return None
+
+    @property
+    def block_names(self) -> tuple[str, ...]:
+        return tuple(block.name for block in self.blocks)
+
+
+class Capabilities(_Strict):
+    """What kind of supervision the store carries; ``scene_labels`` false is not "all zero"."""
+
+    scene_labels: bool
+
+
+class MaterializedBlocks(_Strict):
+    """Which optional block families the writer materialized."""
+
+    backbone: bool
+    rri_components: bool
+    candidate_ids: bool
+    candidate_poses: bool
+
+
+class VinOfflineManifest(_Strict):
+    """``manifest.json``: the store-level description, written last by the writer."""
+
+    format: str
+    version: int
+    created_at: str
+    num_samples: int = Field(ge=0)
+    num_candidates: int = Field(ge=0)
+    capabilities: Capabilities
+    materialized_blocks: MaterializedBlocks
+    shards: tuple[StoreShardSpec, ...]
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        if value != STORE_FORMAT:
+            raise ValueError(f"unsupported format {value!r}; supported: {STORE_FORMAT!r}")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: int) -> int:
+        if value not in SUPPORTED_VERSIONS:
+            supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+            raise ValueError(f"unsupported version {value!r}; supported: {supported}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> VinOfflineManifest:
+        seen: set[str] = set()
+        total = 0
+        for shard in self.shards:
+            if shard.shard_id in seen:
+                raise ValueError(f"shard_id {shard.shard_id!r} appears twice")
+            seen.add(shard.shard_id)
+            total += shard.num_rows
+        if total != self.num_samples:
+            raise ValueError(
+                f"shards hold {total} rows in total but num_samples={self.num_samples} "
+                "(every sample is exactly one shard row)"
+            )
+        return self
+
+    @property
+    def shard_ids(self) -> tuple[str, ...]:
+        return tuple(shard.shard_id for shard in self.shards)
+
+    def shard(self, shard_id: str) -> StoreShardSpec | None:
+        """The shard called ``shard_id``, or ``None``."""
+        for shard in self.shards:
+            if shard.shard_id == shard_id:
+                return shard
+        return None
+
+    def block_names(self) -> tuple[str, ...]:
+        """Every block name declared by any shard, in first-seen order."""
+        names: dict[str, None] = {}
+        for shard in self.shards:
+            for block in shard.blocks:
+                names.setdefault(block.name, None)
+        return tuple(names)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The manifest as the JSON object written to ``manifest.json``."""
+        return self.model_dump(mode="json")
+
+
+class SampleIndexRow(_Strict):
+    """One line of ``sample_index.jsonl``."""
+
+    sample_index: int = Field(ge=0)
+    sample_key: str = Field(min_length=1)
+    scene_id: str = Field(min_length=1)
+    snippet_id: str = Field(min_length=1)
+    split: str = Field(min_length=1)
+    shard_id: str
+    row: int = Field(ge=0)
+
+
+# --------------------------------------------------------------------------------------
+# The spec's block table
+# --------------------------------------------------------------------------------------
+
+# Fixed dtype and kind of each named block (``None`` dtype: a record block). Backbone
+# fields may be float16 or float32; rri components are float32.
+_FIXED_BLOCKS: Final[dict[str, tuple[BlockKind, str | None]]] = {
+    "vin_points": (BlockKind.MSGPACK_INDEXED_RECORDS, None),
+    "candidate_valid": (BlockKind.ZARR_ARRAY, "bool"),
+    "rri": (BlockKind.ZARR_ARRAY, "float32"),
+    "candidate_ids": (BlockKind.ZARR_ARRAY, "int64"),
+    "candidate_poses": (BlockKind.ZARR_ARRAY, "float32"),
+}
+BACKBONE_DTYPES: Final[frozenset[str]] = frozenset({"float16", "float32"})
+
+
+def block_kind_for(name: str) -> BlockKind | None:
+    """The kind the spec prescribes for block ``name``, or ``None`` for a name it does not know."""
+    if name in _FIXED_BLOCKS:
+        return _FIXED_BLOCKS[name][0]
+    if name.startswith(BACKBONE_PREFIX) or name.startswith(RRI_COMPONENT_PREFIX):
+        return BlockKind.ZARR_ARRAY
+    return None
+
+
+def expected_block_dtype(name: str) -> frozenset[str] | None:
+    """Dtypes the spec allows for block ``name`` (``None``: unknown block or record block)."""
+    if name in _FIXED_BLOCKS:
+        dtype = _FIXED_BLOCKS[name][1]
+        return None if dtype is None else frozenset({dtype})
+    if name.startswith(BACKBONE_PREFIX):
+        return BACKBONE_DTYPES
+    if name.startswith(RRI_COMPONENT_PREFIX):
+        return frozenset({"float32"})
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Paths inside a store (relative, '/'-separated: the access layer resolves them)
+# --------------------------------------------------------------------------------------
+
+
+def shard_dir(shard_id: str) -> str:
+    return f"{SHARDS_DIR}/{shard_id}"
+
+
+def arrays_dir(shard_id: str) -> str:
+    """The zarr v3 group holding a shard's ``zarr_array`` blocks."""
+    return f"{SHARDS_DIR}/{shard_id}/arrays"
+
+
+def record_paths(shard_id: str, block: str) -> tuple[str, str]:
+    """``(msgpack, offsets)`` relative paths of a record block."""
+    base = f"{SHARDS_DIR}/{shard_id}/records/{block}"
+    return f"{base}.msgpack", f"{base}.offsets"
+
+
+# --------------------------------------------------------------------------------------
+# Parsing with errors that point at the file, line and field
+# --------------------------------------------------------------------------------------
+
+
+def _loc_text(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def format_validation_error(error: ValidationError) -> tuple[str, str]:
+    """``(location, message)`` for the first problem in a Pydantic error, in spec field names."""
+    first = error.errors(include_url=False)[0]
+    loc = _loc_text(first["loc"])
+    msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if first["type"] == "missing":
+        msg = "required field is missing"
+    elif first["type"] == "extra_forbidden":
+        msg = "field is not part of format v1"
+    elif "input" in first and first["type"] not in {"value_error", "assertion_error"}:
+        msg = f"{msg}, found {first['input']!r}"
+    more = len(error.errors()) - 1
+    if more:
+        msg = f"{msg} (and {more} more problem{'s' if more > 1 else ''})"
+    return loc or "(top level)", msg
+
+
+def parse_manifest(data: bytes, *, path: str) -> VinOfflineManifest:
+    """Parse and validate ``manifest.json`` bytes; ``path`` is only used in error messages.
+
+    ``format`` and ``version`` are checked first so that a store of another format or a
+    future version is refused as such, not as a pile of unrelated schema errors.
+    """
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        where = f"line {line}" if line else None
+        raise ManifestError(
+            f"not valid JSON: {exc}", path=path, location=where, expected="a JSON object"
+        ) from exc
+    if not isinstance(raw, dict):
+        raise ManifestError(
+            f"top level is a {type(raw).__name__}", path=path, expected="a JSON object"
+        )
+    fmt = raw.get("format")
+    if fmt != STORE_FORMAT:
+        raise UnsupportedFormatError(
+            f"unsupported format {fmt!r}",
+            path=path,
+            location="format",
+            expected=f"one of: {STORE_FORMAT!r}",
+        )
+    version = raw.get("version")
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+        raise UnsupportedFormatError(
+            f"unsupported version {version!r}",
+            path=path,
+            location="version",
+            expected=f"one of: {supported}",
+        )
+    try:
+        return VinOfflineManifest.model_validate_json(data)
+    except ValidationError as exc:
+        loc, msg = format_validation_error(exc)
+        raise ManifestError(msg, path=path, location=f"field {loc}") from exc
+
+
+def parse_sample_index_line(line: bytes | str, *, path: str, line_number: int) -> SampleIndexRow:
+    """Parse one ``sample_index.jsonl`` line (1-based ``line_number`` for messages)."""
+    where = f"line {line_number}"
+    try:
+        raw = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SampleIndexError(
+            f"not valid JSON: {exc}", path=path, location=where, expected="one JSON object per line"
+        ) from exc
+    if not isinstance(raw, dict):
+        raise SampleIndexError(
+            f"line holds a {type(raw).__name__}",
+            path=path,
+            location=where,
+            expected="a JSON object",
+        )
+    try:
+        return SampleIndexRow.model_validate_json(line)
+    except ValidationError as exc:
+        loc, msg = format_validation_error(exc)
+        raise SampleIndexError(msg, path=path, location=f"{where}, field {loc}") from exc
+
+
+def parse_sample_index(
+    data: bytes, *, path: str, manifest: VinOfflineManifest | None = None
+) -> tuple[SampleIndexRow, ...]:
+    """Parse ``sample_index.jsonl`` and, given the manifest, cross-check it.
+
+    Checks: ``sample_index`` runs 0, 1, 2, ... without gaps or duplicates; ``sample_key`` is
+    unique; with a manifest: the line count equals ``num_samples``, every ``shard_id`` is
+    declared, every ``row`` is inside its shard, and no shard row is claimed twice.
+    """
+    rows: list[SampleIndexRow] = []
+    keys: dict[str, int] = {}
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise SampleIndexError(
+                "blank line",
+                path=path,
+                location=f"line {number}",
+                expected="one JSON object per line",
+            )
+        row = parse_sample_index_line(line, path=path, line_number=number)
+        expected_index = number - 1
+        if row.sample_index != expected_index:
+            kind = "duplicate" if row.sample_index < expected_index else "gap before"
+            raise SampleIndexError(
+                f"{kind} sample_index {row.sample_index}",
+                path=path,
+                location=f"line {number}, field sample_index",
+                expected=f"sample_index {expected_index} (ascending from 0 without gaps)",
+            )
+        if row.sample_key in keys:
+            raise SampleIndexError(
+                f"sample_key {row.sample_key!r} already used on line {keys[row.sample_key]}",
+                path=path,
+                location=f"line {number}, field sample_key",
+                expected="unique sample keys",
+            )
+        keys[row.sample_key] = number
+        rows.append(row)
+    if manifest is not None:
+        check_sample_index_against_manifest(rows, manifest, path=path)
+    return tuple(rows)
+
+
+def check_sample_index_against_manifest(
+    rows: Sequence[SampleIndexRow], manifest: VinOfflineManifest, *, path: str
+) -> None:
+    """Raise :class:`SampleIndexError` when the index and manifest disagree."""
+    if len(rows) != manifest.num_samples:
+        raise SampleIndexError(
+            f"{len(rows)} lines but manifest.json says num_samples={manifest.num_samples}",
+            path=path,
+            expected=f"{manifest.num_samples} lines",
+        )
+    num_rows: Mapping[str, int] = {s.shard_id: s.num_rows for s in manifest.shards}
+    claimed: dict[tuple[str, int], int] = {}
+    for number, row in enumerate(rows, start=1):
+        if row.shard_id not in num_rows:
+            raise SampleIndexError(
+                f"unknown shard_id {row.shard_id!r}",
+                path=path,
+                location=f"line {number}, field shard_id",
+                expected=f"one of the manifest's shards {list(num_rows)[:8]}",
+            )
+        if row.row >= num_rows[row.shard_id]:
+            raise SampleIndexError(
+                f"row {row.row} is out of range for shard {row.shard_id!r}",
+                path=path,
+                location=f"line {number}, field row",
+                expected=f"0 <= row < {num_rows[row.shard_id]}",
+            )
+        where = (row.shard_id, row.row)
+        if where in claimed:
+            raise SampleIndexError(
+                f"shard {row.shard_id!r} row {row.row} already used on line {claimed[where]}",
+                path=path,
+                location=f"line {number}, field row",
+                expected="each shard row used by one sample",
+            )
+        claimed[where] = number

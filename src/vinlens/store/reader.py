@@ -1,0 +1,897 @@
+"""Read-only access to a published VIN offline store, with every cross check the spec implies.
+
+:class:`VinOfflineStoreReader` loads and validates ``manifest.json`` and
+``sample_index.jsonl`` when it opens (cheap), and checks each block the first time it
+is touched (zarr metadata against the manifest, chunk completeness, offsets files).
+:meth:`VinOfflineStoreReader.validate` checks everything up front and
+:meth:`VinOfflineStoreReader.integrity_problems` lists every problem without raising,
+for diagnostics. All file access goes through :mod:`vinlens.store.access`.
+
+Zarr returns the fill value for a chunk that is missing on disk, without any error. The
+reader therefore lists each array's chunk files (through the access layer), compares
+them with the chunk grid, and raises :class:`MissingChunksError` for any read that
+touches a missing chunk; fill values are never presented as data.
+
+A store path can name another store between two reads (atomic replace), so the reader
+records a :class:`StoreGeneration` from the handles it actually read and
+:meth:`VinOfflineStoreReader.check_generation` compares it with the path's current one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vinlens.store.access import FileStat, StoreAccess, open_store_access
+from vinlens.store.format import (
+    BACKBONE_PREFIX,
+    MANIFEST_FILE,
+    RRI_COMPONENT_PREFIX,
+    SAMPLE_INDEX_FILE,
+    BlockKind,
+    BlockMismatchError,
+    CorruptChunkError,
+    CorruptRecordError,
+    ManifestError,
+    MissingBlockError,
+    MissingChunksError,
+    MissingShardError,
+    SampleIndexError,
+    SampleIndexRow,
+    StoreBlockSpec,
+    StoreNotFoundError,
+    StoreReplacedError,
+    StoreShardSpec,
+    VinOfflineManifest,
+    VinOfflineStoreConfig,
+    VinOfflineStoreError,
+    arrays_dir,
+    block_kind_for,
+    expected_block_dtype,
+    parse_manifest,
+    parse_sample_index,
+    record_paths,
+    shard_dir,
+)
+from vinlens.store.records import RecordDecodeError, decode_record
+from vinlens.store.sample import VinOfflineSample
+
+__all__ = [
+    "ChunkStatus",
+    "StoreGeneration",
+    "StoreIntegrityProblem",
+    "VinOfflineStoreReader",
+    "as_store_config",
+    "capture_store_generation",
+    "check_manifest_blocks",
+    "open_vin_offline_store",
+]
+
+# Batches for streaming scans: big enough to amortise per-call overhead, small enough that
+# peak memory does not grow with the store.
+DEFAULT_BATCH_BYTES = 8 << 20
+# How many missing chunk keys an error or a ChunkStatus spells out.
+_MAX_LISTED_CHUNKS = 8
+
+
+def as_store_config(store: VinOfflineStoreConfig | str | os.PathLike[str]) -> VinOfflineStoreConfig:
+    """Accept a config or a bare path wherever a store is expected."""
+    if isinstance(store, VinOfflineStoreConfig):
+        return store
+    return VinOfflineStoreConfig(store_dir=Path(os.fspath(store)))
+
+
+# --------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreGeneration:
+    """Identity of the store directory currently at a path (changes when it is replaced).
+
+    Device, inode, size, ``mtime_ns`` and ``ctime_ns`` of the store directory,
+    ``manifest.json`` and ``sample_index.jsonl``, plus the SHA-256 of the manifest bytes
+    (a same-size rewrite inside the timestamp resolution is invisible to ``stat``).
+    """
+
+    store_dir: FileStat
+    manifest: FileStat
+    sample_index: FileStat
+    manifest_sha256: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-safe, canonical form (for request digests); paths are included."""
+
+        def one(st: FileStat) -> dict[str, Any]:
+            return {
+                "path": st.path,
+                "device": st.device,
+                "inode": st.inode,
+                "size": st.size,
+                "mtime_ns": st.mtime_ns,
+                "ctime_ns": st.ctime_ns,
+            }
+
+        return {
+            "store_dir": one(self.store_dir),
+            "manifest": one(self.manifest),
+            "sample_index": one(self.sample_index),
+            "manifest_sha256": self.manifest_sha256,
+        }
+
+
+def _stat_root(access: StoreAccess) -> FileStat:
+    try:
+        st = access.stat("")
+    except FileNotFoundError as exc:
+        raise StoreNotFoundError(
+            "store directory does not exist",
+            path=access.root,
+            expected="a published VIN offline store directory",
+        ) from exc
+    if not st.is_dir:
+        raise StoreNotFoundError(
+            "is not a directory", path=access.root, expected="a VIN offline store directory"
+        )
+    return st
+
+
+def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
+    try:
+        return access.read_bytes_with_stat(MANIFEST_FILE)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise StoreNotFoundError(
+            "manifest.json is missing: not a published store, or one being replaced",
+            path=access.describe(MANIFEST_FILE),
+            expected="manifest.json (written last by the writer)",
+        ) from exc
+
+
+def capture_store_generation(
+    store: VinOfflineStoreConfig | str | os.PathLike[str] | StoreAccess,
+) -> StoreGeneration:
+    """The generation at the store path now (reads only the manifest's bytes for its hash)."""
+    access = (
+        store
+        if isinstance(store, StoreAccess)
+        else open_store_access(as_store_config(store).store_dir)
+    )
+    root = _stat_root(access)
+    data, manifest_stat = _read_manifest_bytes(access)
+    try:
+        index_stat = access.stat(SAMPLE_INDEX_FILE)
+    except FileNotFoundError as exc:
+        raise SampleIndexError(
+            "sample_index.jsonl is missing", path=access.describe(SAMPLE_INDEX_FILE)
+        ) from exc
+    return StoreGeneration(root, manifest_stat, index_stat, hashlib.sha256(data).hexdigest())
+
+
+# --------------------------------------------------------------------------------------
+# Records for problems
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkStatus:
+    """Chunk completeness of one zarr block: expected vs initialized chunk files."""
+
+    shard_id: str
+    block: str
+    path: str
+    expected_chunks: int
+    initialized_chunks: int
+    missing_chunks: int
+    missing_examples: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.missing_chunks == 0
+
+
+@dataclass(frozen=True)
+class StoreIntegrityProblem:
+    """One problem found by :meth:`VinOfflineStoreReader.integrity_problems`.
+
+    ``kind`` is the error class name (``MissingChunksError``, ``BlockMismatchError``, ...),
+    ``path`` the offending file, ``message`` the full error text.
+    """
+
+    kind: str
+    shard_id: str | None
+    block: str | None
+    path: str | None
+    message: str
+
+
+# --------------------------------------------------------------------------------------
+# Manifest rules from the spec's block table
+# --------------------------------------------------------------------------------------
+
+
+def check_manifest_blocks(manifest: VinOfflineManifest, *, path: str) -> None:
+    """Raise :class:`ManifestError` where shards break the spec's block table.
+
+    Per shard: ``vin_points`` is a record block; with ``scene_labels`` there are
+    ``candidate_valid`` and ``rri``; without it no labelled block appears; a block family
+    whose ``materialized_blocks`` flag is false is absent; known blocks have the spec's
+    kind, dtype and ``[R, C]`` / ``[R, C, 7]`` shape. Unknown block names are allowed.
+    """
+    labels = manifest.capabilities.scene_labels
+    flags = manifest.materialized_blocks
+    num_c = manifest.num_candidates
+    for s_index, shard in enumerate(manifest.shards):
+        where_shard = f"field shards[{s_index}] (shard {shard.shard_id!r})"
+        required = ["vin_points"] + (["candidate_valid", "rri"] if labels else [])
+        for name in required:
+            if shard.block(name) is None:
+                raise ManifestError(
+                    f"required block {name!r} is not declared",
+                    path=path,
+                    location=f"{where_shard}.blocks",
+                    expected=f"blocks {required}",
+                )
+        for b_index, block in enumerate(shard.blocks):
+            where = f"field shards[{s_index}].blocks[{b_index}] ({block.name!r})"
+            name = block.name
+            labelled = name in {"candidate_valid", "rri", "candidate_ids"} or name.startswith(
+                RRI_COMPONENT_PREFIX
+            )
+            if labelled and not labels:
+                raise ManifestError(
+                    "labelled block in a store whose capabilities.scene_labels is false",
+                    path=path,
+                    location=where,
+                    expected="no candidate_valid/rri/rri_components/candidate_ids blocks",
+                )
+            family_flag = {
+                "candidate_ids": flags.candidate_ids,
+                "candidate_poses": flags.candidate_poses,
+            }.get(name)
+            if name.startswith(BACKBONE_PREFIX):
+                family_flag = flags.backbone
+            elif name.startswith(RRI_COMPONENT_PREFIX):
+                family_flag = flags.rri_components
+            if family_flag is False:
+                raise ManifestError(
+                    "block present although materialized_blocks marks its family false",
+                    path=path,
+                    location=where,
+                    expected="materialized_blocks flag true for every stored block family",
+                )
+            kind = block_kind_for(name)
+            if kind is not None and block.kind is not kind:
+                raise ManifestError(
+                    f"kind {block.kind.value!r}",
+                    path=path,
+                    location=f"{where}.kind",
+                    expected=repr(kind.value),
+                )
+            dtypes = expected_block_dtype(name)
+            if dtypes is not None and block.dtype not in dtypes:
+                raise ManifestError(
+                    f"dtype {block.dtype!r}",
+                    path=path,
+                    location=f"{where}.dtype",
+                    expected=f"one of {sorted(dtypes)}",
+                )
+            expected_shape: tuple[int, ...] | None = None
+            if name in {"candidate_valid", "rri", "candidate_ids"} or name.startswith(
+                RRI_COMPONENT_PREFIX
+            ):
+                expected_shape = (shard.num_rows, num_c)
+            elif name == "candidate_poses":
+                expected_shape = (shard.num_rows, num_c, 7)
+            if expected_shape is not None and block.shape != expected_shape:
+                raise ManifestError(
+                    f"shape {list(block.shape)}",
+                    path=path,
+                    location=f"{where}.shape",
+                    expected=f"{list(expected_shape)} ([num_rows, num_candidates{', 7' if len(expected_shape) == 3 else ''}])",
+                )
+
+
+# --------------------------------------------------------------------------------------
+# The reader
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _ZarrBlock:
+    spec: StoreBlockSpec
+    path: str
+    array: Any
+    row_chunk: int
+    status: ChunkStatus
+    missing_rows: frozenset[int]  # indices of row-chunks with at least one missing chunk file
+
+
+@dataclass
+class _RecordBlock:
+    spec: StoreBlockSpec
+    msgpack_rel: str
+    offsets: np.ndarray  # uint64, num_rows + 1
+
+
+class VinOfflineStoreReader:
+    """A read-only, validated view of one published store.
+
+    Open with ``VinOfflineStoreReader(store)`` or :func:`open_vin_offline_store`; use as a
+    context manager or call :meth:`close`. Instances are safe to share between threads for
+    reading; in DataLoader workers open one per worker (see :mod:`vinlens.store.dataset`).
+    """
+
+    def __init__(
+        self,
+        store: VinOfflineStoreConfig | str | os.PathLike[str],
+        *,
+        access: StoreAccess | None = None,
+    ) -> None:
+        self.config = as_store_config(store)
+        self.access = access if access is not None else open_store_access(self.config.store_dir)
+        self._lock = threading.RLock()
+        self._zarr: dict[tuple[str, str], _ZarrBlock] = {}
+        self._records: dict[tuple[str, str], _RecordBlock] = {}
+        self._row_cache: dict[tuple[str, str], tuple[int, int, np.ndarray]] = {}
+        self._checked_shards: set[str] = set()
+
+        root_stat = _stat_root(self.access)
+        manifest_bytes, manifest_stat = _read_manifest_bytes(self.access)
+        manifest_path = self.access.describe(MANIFEST_FILE)
+        self.manifest: VinOfflineManifest = parse_manifest(manifest_bytes, path=manifest_path)
+        check_manifest_blocks(self.manifest, path=manifest_path)
+
+        index_path = self.access.describe(SAMPLE_INDEX_FILE)
+        try:
+            index_bytes, index_stat = self.access.read_bytes_with_stat(SAMPLE_INDEX_FILE)
+        except FileNotFoundError as exc:
+            raise SampleIndexError(
+                "sample_index.jsonl is missing",
+                path=index_path,
+                expected="one JSON line per sample",
+            ) from exc
+        self.samples: tuple[SampleIndexRow, ...] = parse_sample_index(
+            index_bytes, path=index_path, manifest=self.manifest
+        )
+        self.generation = StoreGeneration(
+            root_stat, manifest_stat, index_stat, hashlib.sha256(manifest_bytes).hexdigest()
+        )
+        self._shards: dict[str, StoreShardSpec] = {s.shard_id: s for s in self.manifest.shards}
+
+    # ---- basics -----------------------------------------------------------------------
+
+    @property
+    def store_dir(self) -> Path:
+        """Absolute store directory."""
+        return Path(self.access.root)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __enter__(self) -> VinOfflineStoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop cached arrays and file handles."""
+        with self._lock:
+            self._zarr.clear()
+            self._records.clear()
+            self._row_cache.clear()
+        self.access.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            "VinOfflineStoreReader is not picklable; pass the VinOfflineStoreConfig and open "
+            "a reader in each process (VinOfflineDataset does this per worker)"
+        )
+
+    def check_generation(self) -> None:
+        """Raise :class:`StoreReplacedError` if the path now names another store generation."""
+        try:
+            current = capture_store_generation(self.access)
+        except VinOfflineStoreError as exc:
+            raise StoreReplacedError(
+                f"store disappeared while being read ({exc})", path=self.access.root
+            ) from exc
+        if current != self.generation:
+            raise StoreReplacedError(
+                "store directory was replaced or changed while it was being read",
+                path=self.access.root,
+                expected=f"the generation read at open (manifest sha256 {self.generation.manifest_sha256[:12]}...)",
+            )
+
+    def shard(self, shard_id: str) -> StoreShardSpec:
+        """Manifest entry of a shard (``KeyError`` naming the store for an unknown id)."""
+        try:
+            return self._shards[shard_id]
+        except KeyError:
+            raise KeyError(f"{self.access.root}: no shard {shard_id!r} in manifest.json") from None
+
+    def block_spec(self, shard_id: str, name: str) -> StoreBlockSpec | None:
+        """Manifest entry of a block, or ``None`` when the shard does not store it."""
+        return self.shard(shard_id).block(name)
+
+    def rows_by_split(self) -> dict[str, list[int]]:
+        """Sample indices per split, in sample order."""
+        out: dict[str, list[int]] = {}
+        for row in self.samples:
+            out.setdefault(row.split, []).append(row.sample_index)
+        return out
+
+    # ---- shards and zarr blocks ---------------------------------------------------------
+
+    def _check_shard_dir(self, shard_id: str) -> None:
+        if shard_id in self._checked_shards:
+            return
+        rel = shard_dir(shard_id)
+        if not self.access.exists(rel):
+            raise MissingShardError(
+                f"shard {shard_id!r} declared in manifest.json has no directory",
+                path=self.access.describe(rel),
+                expected="shards/<shard_id>/ with arrays/ and records/",
+            )
+        self._checked_shards.add(shard_id)
+
+    def _require_block(self, shard_id: str, name: str, kind: BlockKind) -> StoreBlockSpec:
+        spec = self.block_spec(shard_id, name)
+        if spec is None:
+            raise MissingBlockError(
+                f"shard {shard_id!r} does not declare block {name!r}",
+                path=self.access.describe(MANIFEST_FILE),
+                expected=f"one of {list(self.shard(shard_id).block_names)}",
+            )
+        if spec.kind is not kind:
+            raise BlockMismatchError(
+                f"block {name!r} of shard {shard_id!r} is a {spec.kind.value}",
+                path=self.access.describe(MANIFEST_FILE),
+                expected=kind.value,
+            )
+        return spec
+
+    def _open_zarr(self, shard_id: str, name: str) -> _ZarrBlock:
+        key = (shard_id, name)
+        with self._lock:
+            cached = self._zarr.get(key)
+            if cached is not None:
+                return cached
+        spec = self._require_block(shard_id, name, BlockKind.ZARR_ARRAY)
+        self._check_shard_dir(shard_id)
+        group_rel = arrays_dir(shard_id)
+        rel = f"{group_rel}/{name}"
+        path = self.access.describe(rel)
+        if not self.access.exists(f"{rel}/zarr.json"):
+            raise MissingBlockError(
+                f"zarr block {name!r} of shard {shard_id!r} is missing",
+                path=self.access.describe(f"{rel}/zarr.json"),
+                expected="a zarr v3 array declared in manifest.json",
+            )
+        import zarr
+
+        try:
+            array = zarr.open_array(
+                self.access.zarr_store(group_rel), path=name, mode="r", zarr_format=3
+            )
+        except Exception as exc:  # zarr raises many types for bad metadata
+            raise BlockMismatchError(
+                f"cannot open as a zarr v3 array ({type(exc).__name__}: {exc})",
+                path=path,
+                expected="valid zarr v3 array metadata (zarr.json)",
+            ) from exc
+        if tuple(array.shape) != spec.shape:
+            raise BlockMismatchError(
+                f"stored shape {list(array.shape)} differs from manifest.json",
+                path=path,
+                expected=f"shape {list(spec.shape)}",
+            )
+        if np.dtype(array.dtype).name != spec.dtype:
+            raise BlockMismatchError(
+                f"stored dtype {np.dtype(array.dtype).name} differs from manifest.json",
+                path=path,
+                expected=f"dtype {spec.dtype}",
+            )
+        status, missing_rows, row_chunk = self._chunk_status(shard_id, name, rel, array)
+        block = _ZarrBlock(spec, rel, array, row_chunk, status, missing_rows)
+        with self._lock:
+            self._zarr[key] = block
+        return block
+
+    def _chunk_status(
+        self, shard_id: str, name: str, rel: str, array: Any
+    ) -> tuple[ChunkStatus, frozenset[int], int]:
+        # With the sharding codec one storage key holds a whole shard; completeness is
+        # checked per storage key (shard file), the unit zarr can silently miss.
+        grid = tuple(array.shards or array.chunks)
+        shape = tuple(array.shape)
+        counts = [math.ceil(n / c) if c else 0 for n, c in zip(shape, grid, strict=True)]
+        expected = math.prod(counts)
+        present = set(self.access.walk_files(rel))
+        prefix = f"{rel}/"
+        examples: list[str] = []
+        missing = 0
+        missing_rows: set[int] = set()
+        if expected:
+            for coords in itertools.product(*(range(n) for n in counts)):
+                chunk_key = array.metadata.encode_chunk_key(coords)
+                if f"{prefix}{chunk_key}" not in present:
+                    missing += 1
+                    missing_rows.add(coords[0])
+                    if len(examples) < _MAX_LISTED_CHUNKS:
+                        examples.append(chunk_key)
+        status = ChunkStatus(
+            shard_id=shard_id,
+            block=name,
+            path=self.access.describe(rel),
+            expected_chunks=expected,
+            initialized_chunks=expected - missing,
+            missing_chunks=missing,
+            missing_examples=tuple(examples),
+        )
+        return status, frozenset(missing_rows), int(grid[0]) if grid else 1
+
+    def zarr_array(self, shard_id: str, name: str) -> Any:
+        """The read-only ``zarr.Array`` of a block, verified against the manifest."""
+        return self._open_zarr(shard_id, name).array
+
+    def chunk_status(self, shard_id: str, name: str) -> ChunkStatus:
+        """Expected vs initialized chunk files of one zarr block."""
+        return self._open_zarr(shard_id, name).status
+
+    def _raise_missing(self, block: _ZarrBlock, start: int, stop: int) -> None:
+        status = block.status
+        examples = ", ".join(status.missing_examples) or "?"
+        raise MissingChunksError(
+            f"rows {start}:{stop} of block {status.block!r} touch missing chunk files "
+            f"({status.missing_chunks} of {status.expected_chunks} missing, e.g. {examples}); "
+            "zarr would return fill values",
+            path=status.path,
+            expected=f"all {status.expected_chunks} chunk files",
+        )
+
+    def read_rows(self, shard_id: str, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a zarr block as a numpy array (a fresh, writable copy)."""
+        block = self._open_zarr(shard_id, name)
+        num_rows = block.spec.num_rows
+        if not 0 <= start <= stop <= num_rows:
+            raise IndexError(
+                f"{self.access.describe(block.path)}: rows {start}:{stop} outside 0:{num_rows}"
+            )
+        if block.missing_rows and start < stop:
+            first, last = start // block.row_chunk, (stop - 1) // block.row_chunk
+            if any(first <= r <= last for r in block.missing_rows):
+                self._raise_missing(block, start, stop)
+        try:
+            data = block.array[start:stop]
+        except Exception as exc:
+            raise CorruptChunkError(
+                f"cannot decode rows {start}:{stop} ({type(exc).__name__}: {exc})",
+                path=self.access.describe(block.path),
+                expected=f"chunks of dtype {block.spec.dtype} with the array's codecs",
+            ) from exc
+        return np.asarray(data)
+
+    def read_row(self, shard_id: str, name: str, row: int) -> np.ndarray:
+        """One row of a zarr block; decodes the row's whole chunk once and serves neighbours from it."""
+        block = self._open_zarr(shard_id, name)
+        key = (shard_id, name)
+        cached = self._row_cache.get(key)
+        if cached is not None and cached[0] <= row < cached[1]:
+            return cached[2][row - cached[0]].copy()
+        if not 0 <= row < block.spec.num_rows:
+            raise IndexError(
+                f"{self.access.describe(block.path)}: row {row} outside 0:{block.spec.num_rows}"
+            )
+        start = (row // block.row_chunk) * block.row_chunk
+        stop = min(start + block.row_chunk, block.spec.num_rows)
+        data = self.read_rows(shard_id, name, start, stop)
+        self._row_cache[key] = (start, stop, data)
+        return data[row - start].copy()
+
+    def iter_row_batches(
+        self, shard_id: str, name: str, *, max_bytes: int = DEFAULT_BATCH_BYTES
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first_row, rows)`` batches covering a zarr block, chunk-aligned and memory-bounded."""
+        block = self._open_zarr(shard_id, name)
+        row_bytes = max(1, math.prod(block.spec.row_shape) * np.dtype(block.spec.dtype).itemsize)
+        per_batch = max(1, max_bytes // (row_bytes * block.row_chunk)) * block.row_chunk
+        for start in range(0, block.spec.num_rows, per_batch):
+            stop = min(start + per_batch, block.spec.num_rows)
+            yield start, self.read_rows(shard_id, name, start, stop)
+
+    # ---- record blocks ------------------------------------------------------------------
+
+    def _open_records(self, shard_id: str, name: str) -> _RecordBlock:
+        key = (shard_id, name)
+        with self._lock:
+            cached = self._records.get(key)
+            if cached is not None:
+                return cached
+        spec = self._require_block(shard_id, name, BlockKind.MSGPACK_INDEXED_RECORDS)
+        self._check_shard_dir(shard_id)
+        msgpack_rel, offsets_rel = record_paths(shard_id, name)
+        for rel in (msgpack_rel, offsets_rel):
+            if not self.access.exists(rel):
+                raise MissingBlockError(
+                    f"record block {name!r} of shard {shard_id!r} is missing a file",
+                    path=self.access.describe(rel),
+                    expected=f"{name}.msgpack and {name}.offsets",
+                )
+        offsets_path = self.access.describe(offsets_rel)
+        msgpack_path = self.access.describe(msgpack_rel)
+        expected_size = (spec.num_rows + 1) * 8
+        offsets_size = self.access.stat(offsets_rel).size
+        if offsets_size != expected_size:
+            raise CorruptRecordError(
+                f"offsets file has {offsets_size} bytes",
+                path=offsets_path,
+                expected=f"{expected_size} bytes (num_rows + 1 = {spec.num_rows + 1} little-endian uint64)",
+            )
+        offsets = np.frombuffer(self.access.read_range(offsets_rel, 0, expected_size), dtype="<u8")
+        if offsets.size != spec.num_rows + 1:
+            raise CorruptRecordError("offsets file shrank while reading", path=offsets_path)
+        data_size = self.access.stat(msgpack_rel).size
+        if int(offsets[0]) != 0:
+            raise CorruptRecordError(
+                f"first offset is {int(offsets[0])}", path=offsets_path, expected="first offset 0"
+            )
+        decreasing = (
+            np.flatnonzero(np.diff(offsets.astype(np.int64, copy=False)) < 0)
+            if offsets.size > 1
+            else []
+        )
+        huge = np.flatnonzero(offsets > np.uint64(data_size))
+        if (
+            len(huge)
+            and (not len(decreasing) or huge[0] <= decreasing[0])
+            and huge[0] < spec.num_rows
+        ):
+            i = int(huge[0])
+            raise CorruptRecordError(
+                f"offset {i} is {int(offsets[i])}, out of range of {name}.msgpack ({data_size} bytes)",
+                path=offsets_path,
+                expected=f"offsets within 0..{data_size}, never decreasing",
+            )
+        if len(decreasing):
+            i = int(decreasing[0]) + 1
+            raise CorruptRecordError(
+                f"offset {i} ({int(offsets[i])}) is smaller than offset {i - 1} ({int(offsets[i - 1])})",
+                path=offsets_path,
+                expected="offsets that never decrease",
+            )
+        last = int(offsets[-1])
+        if last > data_size:
+            raise CorruptRecordError(
+                f"file is truncated: {data_size} bytes but the offsets end at {last}",
+                path=msgpack_path,
+                expected=f"{last} bytes (the last offset)",
+            )
+        if last < data_size:
+            raise CorruptRecordError(
+                f"file has {data_size - last} bytes after the last record (offset {last})",
+                path=msgpack_path,
+                expected=f"file size equal to the last offset {last}",
+            )
+        block = _RecordBlock(spec, msgpack_rel, offsets.astype(np.int64))
+        with self._lock:
+            self._records[key] = block
+        return block
+
+    def record_offsets(self, shard_id: str, name: str) -> np.ndarray:
+        """The validated ``num_rows + 1`` byte offsets of a record block (int64 copy)."""
+        return self._open_records(shard_id, name).offsets.copy()
+
+    def _decode(self, block: _RecordBlock, row: int, data: bytes | memoryview) -> dict[str, Any]:
+        try:
+            return decode_record(data)
+        except RecordDecodeError as exc:
+            raise CorruptRecordError(
+                str(exc),
+                path=self.access.describe(block.msgpack_rel),
+                location=f"record {row} (bytes {int(block.offsets[row])}:{int(block.offsets[row + 1])})",
+                expected="one msgpack map per record",
+            ) from exc
+
+    def read_record(self, shard_id: str, name: str, row: int) -> dict[str, Any]:
+        """Record ``row`` of a record block, decoded (ndarray maps become numpy arrays)."""
+        block = self._open_records(shard_id, name)
+        if not 0 <= row < block.spec.num_rows:
+            raise IndexError(
+                f"{self.access.describe(block.msgpack_rel)}: record {row} outside 0:{block.spec.num_rows}"
+            )
+        start, stop = int(block.offsets[row]), int(block.offsets[row + 1])
+        data = self.access.read_range(block.msgpack_rel, start, stop - start)
+        if len(data) != stop - start:
+            raise CorruptRecordError(
+                f"short read: got {len(data)} of {stop - start} bytes of record {row}",
+                path=self.access.describe(block.msgpack_rel),
+                expected="a file as long as its offsets say",
+            )
+        return self._decode(block, row, data)
+
+    def iter_records(
+        self,
+        shard_id: str,
+        name: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        max_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(row, record)`` for rows ``start:stop``, read in bounded contiguous batches."""
+        block = self._open_records(shard_id, name)
+        stop = block.spec.num_rows if stop is None else stop
+        offsets = block.offsets
+        row = start
+        while row < stop:
+            end = row + 1
+            limit = offsets[row] + max_bytes
+            while end < stop and offsets[end + 1] <= limit:
+                end += 1
+            base = int(offsets[row])
+            data = self.access.read_range(block.msgpack_rel, base, int(offsets[end]) - base)
+            if len(data) != int(offsets[end]) - base:
+                raise CorruptRecordError(
+                    f"short read at records {row}:{end}",
+                    path=self.access.describe(block.msgpack_rel),
+                    expected="a file as long as its offsets say",
+                )
+            view = memoryview(data)
+            for i in range(row, end):
+                yield (
+                    i,
+                    self._decode(
+                        block, i, view[int(offsets[i]) - base : int(offsets[i + 1]) - base]
+                    ),
+                )
+            row = end
+
+    def read_vin_points(self, shard_id: str, row: int) -> np.ndarray:
+        """The ``points`` float32 ``[n, 3]`` array of a ``vin_points`` record."""
+        record = self.read_record(shard_id, "vin_points", row)
+        return self._vin_points_from(record, shard_id, row)
+
+    def _vin_points_from(self, record: Mapping[str, Any], shard_id: str, row: int) -> np.ndarray:
+        points = record.get("points")
+        if (
+            not isinstance(points, np.ndarray)
+            or points.dtype != np.float32
+            or points.ndim != 2
+            or points.shape[1] != 3
+        ):
+            described = (
+                f"{points.dtype.name} {list(points.shape)}"
+                if isinstance(points, np.ndarray)
+                else type(points).__name__
+            )
+            raise CorruptRecordError(
+                f"vin_points record has points {described}",
+                path=self.access.describe(record_paths(shard_id, "vin_points")[0]),
+                location=f"record {row}",
+                expected='{"points": ndarray float32 [n, 3]}',
+            )
+        return points
+
+    def iter_vin_points(
+        self, shard_id: str, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(row, points)`` over a shard's ``vin_points`` records, streamed in batches."""
+        for row, record in self.iter_records(shard_id, "vin_points", start, stop):
+            yield row, self._vin_points_from(record, shard_id, row)
+
+    # ---- samples ------------------------------------------------------------------------
+
+    def read_sample(self, sample_index: int) -> VinOfflineSample:
+        """Every stored block of one sample (numpy arrays)."""
+        if not 0 <= sample_index < len(self.samples):
+            raise IndexError(
+                f"{self.access.root}: sample_index {sample_index} outside 0:{len(self.samples)}"
+            )
+        entry = self.samples[sample_index]
+        shard = self.shard(entry.shard_id)
+        blocks: dict[str, np.ndarray] = {}
+        for spec in shard.blocks:
+            if spec.kind is BlockKind.ZARR_ARRAY:
+                blocks[spec.name] = self.read_row(entry.shard_id, spec.name, entry.row)
+        return VinOfflineSample(
+            sample_key=entry.sample_key,
+            scene_id=entry.scene_id,
+            snippet_id=entry.snippet_id,
+            split=entry.split,
+            vin_points=self.read_vin_points(entry.shard_id, entry.row),
+            candidate_valid=blocks.get("candidate_valid"),
+            rri=blocks.get("rri"),
+            rri_components={
+                n[len(RRI_COMPONENT_PREFIX) :]: v
+                for n, v in blocks.items()
+                if n.startswith(RRI_COMPONENT_PREFIX)
+            },
+            candidate_ids=blocks.get("candidate_ids"),
+            candidate_poses=blocks.get("candidate_poses"),
+            backbone={
+                n[len(BACKBONE_PREFIX) :]: v
+                for n, v in blocks.items()
+                if n.startswith(BACKBONE_PREFIX)
+            },
+        )
+
+    # ---- whole-store checks -------------------------------------------------------------
+
+    def _check_block(self, shard_id: str, spec: StoreBlockSpec) -> None:
+        if spec.kind is BlockKind.ZARR_ARRAY:
+            block = self._open_zarr(shard_id, spec.name)
+            if not block.status.complete:
+                self._raise_missing(block, 0, spec.num_rows)
+        else:
+            self._open_records(shard_id, spec.name)
+
+    def validate(self) -> None:
+        """Check every shard and block (existence, metadata, chunk files, offsets); raise the first problem."""
+        for shard in self.manifest.shards:
+            self._check_shard_dir(shard.shard_id)
+            for spec in shard.blocks:
+                self._check_block(shard.shard_id, spec)
+
+    def integrity_problems(self) -> tuple[StoreIntegrityProblem, ...]:
+        """Every shard/block problem found by the checks :meth:`validate` runs, without raising."""
+        problems: list[StoreIntegrityProblem] = []
+        for shard in self.manifest.shards:
+            try:
+                self._check_shard_dir(shard.shard_id)
+            except VinOfflineStoreError as exc:
+                problems.append(
+                    StoreIntegrityProblem(
+                        type(exc).__name__, shard.shard_id, None, exc.path, str(exc)
+                    )
+                )
+                continue
+            for spec in shard.blocks:
+                try:
+                    self._check_block(shard.shard_id, spec)
+                except VinOfflineStoreError as exc:
+                    problems.append(
+                        StoreIntegrityProblem(
+                            type(exc).__name__, shard.shard_id, spec.name, exc.path, str(exc)
+                        )
+                    )
+        return tuple(problems)
+
+    def missing_chunks(self) -> tuple[ChunkStatus, ...]:
+        """Chunk status of every zarr block that lacks chunk files (opens every zarr block)."""
+        out: list[ChunkStatus] = []
+        for shard in self.manifest.shards:
+            for spec in shard.blocks:
+                if spec.kind is BlockKind.ZARR_ARRAY:
+                    status = self.chunk_status(shard.shard_id, spec.name)
+                    if not status.complete:
+                        out.append(status)
+        return tuple(out)
+
+
+def open_vin_offline_store(
+    store: VinOfflineStoreConfig | str | os.PathLike[str], *, validate: bool = False
+) -> VinOfflineStoreReader:
+    """Open a store read-only; with ``validate=True`` also check every shard and block now."""
+    reader = VinOfflineStoreReader(store)
+    if validate:
+        try:
+            reader.validate()
+        except BaseException:
+            reader.close()
+            raise
+    return reader

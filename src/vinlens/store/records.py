@@ -1,0 +1,150 @@
+"""Msgpack encoding of record-block rows, with the spec's ndarray maps and safe, bounded decoding.
+
+A record is one msgpack map. An ndarray inside it is the map
+``{"dtype": "<numpy name>", "shape": [...], "data": <bin, C order, little endian>}``.
+Decoding never executes or unpickles anything: no extension types (timestamps included),
+only numeric dtypes, every size bounded by the bytes actually given, and a byte count
+that must match ``shape`` and ``dtype`` exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from vinlens.store.format import NUMERIC_DTYPES
+
+__all__ = [
+    "RecordDecodeError",
+    "decode_ndarray",
+    "decode_record",
+    "encode_ndarray",
+    "encode_record",
+]
+
+_NDARRAY_KEYS = frozenset({"dtype", "shape", "data"})
+
+
+class RecordDecodeError(ValueError):
+    """The bytes are not one v1 msgpack record; the reader adds file and row to the message."""
+
+
+def encode_ndarray(array: np.ndarray) -> dict[str, Any]:
+    """The spec's ndarray map for a numeric array (bytes little endian, C order)."""
+    arr = np.asarray(array)
+    name = arr.dtype.name
+    if name not in NUMERIC_DTYPES:
+        raise ValueError(
+            f"cannot store dtype {arr.dtype} in a record; expected one of {sorted(NUMERIC_DTYPES)}"
+        )
+    little = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+    return {
+        "dtype": name,
+        "shape": [int(n) for n in arr.shape],
+        "data": np.ascontiguousarray(little).tobytes(),
+    }
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return encode_ndarray(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"record keys must be strings, found {key!r}")
+            out[key] = _encode_value(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_encode_value(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return value
+    raise ValueError(f"cannot store a {type(value).__name__} in a msgpack record")
+
+
+def encode_record(record: Mapping[str, Any]) -> bytes:
+    """One record (a map with string keys; ndarrays become ndarray maps) as msgpack bytes."""
+    payload = _encode_value(record)
+    return msgpack.packb(payload, use_bin_type=True, strict_types=False)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise RecordDecodeError(f"msgpack extension type {code} is not allowed in v1 records")
+
+
+def decode_ndarray(obj: Mapping[str, Any]) -> np.ndarray:
+    """The array encoded by an ndarray map; validates dtype, shape and byte count."""
+    dtype_name = obj.get("dtype")
+    shape = obj.get("shape")
+    data = obj.get("data")
+    if not isinstance(dtype_name, str) or dtype_name not in NUMERIC_DTYPES:
+        raise RecordDecodeError(
+            f"ndarray dtype {dtype_name!r} is not allowed; expected one of {sorted(NUMERIC_DTYPES)}"
+        )
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        raise RecordDecodeError(f"ndarray shape {shape!r} is not a list of non-negative integers")
+    if not isinstance(data, bytes):
+        raise RecordDecodeError(f"ndarray data is a {type(data).__name__}, expected msgpack bin")
+    dtype = np.dtype(dtype_name).newbyteorder("<")
+    count = 1
+    for n in shape:
+        count *= n
+    if count * dtype.itemsize != len(data):
+        raise RecordDecodeError(
+            f"ndarray data has {len(data)} bytes but dtype {dtype_name} and shape {shape} "
+            f"need {count * dtype.itemsize}"
+        )
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    return array.astype(array.dtype.newbyteorder("="), copy=False)
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.keys() == _NDARRAY_KEYS and isinstance(value.get("data"), bytes):
+            return decode_ndarray(value)
+        return {key: _decode_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode_value(item) for item in value]
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return value
+    raise RecordDecodeError(f"msgpack value of type {type(value).__name__} is not allowed")
+
+
+def decode_record(data: bytes | memoryview) -> dict[str, Any]:
+    """Decode exactly one msgpack map; ndarray maps become read-only numpy arrays.
+
+    Every limit is the record's own length, so a forged length prefix inside a record
+    cannot make the unpacker allocate more than the bytes it was handed.
+    """
+    size = len(data)
+    try:
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_buffer_size=max(size, 1),
+            max_str_len=size,
+            max_bin_len=size,
+            max_array_len=size,
+            max_map_len=size,
+            max_ext_len=0,
+        )
+    except RecordDecodeError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        # ExtraData (two objects), OutOfData (truncated), FormatError, StackError, limits.
+        raise RecordDecodeError(f"not one msgpack record ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(obj, dict):
+        raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
+    result = _decode_value(obj)
+    assert isinstance(result, dict)
+    return result
