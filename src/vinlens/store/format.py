@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 __all__ = [
+    "BACKBONE_DTYPES",
     "BACKBONE_PREFIX",
     "MANIFEST_FILE",
     "NUMERIC_DTYPES",

@@ -124,25 +124,39 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     cannot make the unpacker allocate more than the bytes it was handed.
     """
     size = len(data)
+    unpacker = msgpack.Unpacker(
+        None,
+        raw=False,
+        use_list=True,
+        strict_map_key=True,
+        ext_hook=_refuse_ext,
+        max_buffer_size=max(size, 1),
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size,
+        max_ext_len=0,
+    )
     try:
-        obj = msgpack.unpackb(
-            data,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            ext_hook=_refuse_ext,
-            max_buffer_size=max(size, 1),
-            max_str_len=size,
-            max_bin_len=size,
-            max_array_len=size,
-            max_map_len=size,
-            max_ext_len=0,
-        )
+        unpacker.feed(data)
+        obj = unpacker.unpack()
     except RecordDecodeError:
         raise
+    except msgpack.OutOfData as exc:
+        raise RecordDecodeError(
+            f"record is truncated ({size} bytes end inside a msgpack value)"
+        ) from exc
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        # ExtraData (two objects), OutOfData (truncated), FormatError, StackError, limits.
+        # FormatError, StackError, size limits, unhashable keys.
         raise RecordDecodeError(f"not one msgpack record ({type(exc).__name__}: {exc})") from exc
+    try:
+        unpacker.unpack()
+    except msgpack.OutOfData:
+        pass
+    except Exception as exc:
+        raise RecordDecodeError(f"bytes after the record's map are not empty ({exc})") from exc
+    else:
+        raise RecordDecodeError("more than one msgpack value in the record's bytes")
     if not isinstance(obj, dict):
         raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
     result = _decode_value(obj)
