@@ -388,3 +388,15 @@ def test_scanner_only_reads(tmp_path: Path) -> None:
     path.chmod(0o444)
     assert len(list_tar_member_names(path)) == 40
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def test_file_objects_are_scanned_and_named_in_errors(tmp_path: Path) -> None:
+    path = tmp_path / "stream.tar"
+    _make_simple_tar(path, members=30)
+    expected = [m.name for m in _tarfile_members(path)]
+    with path.open("rb") as handle:
+        assert list_tar_member_names(handle) == expected
+    data = path.read_bytes()
+    assert list_tar_member_names(io.BytesIO(data), name="in-memory.tar") == expected
+    with pytest.raises(TruncatedTarError, match=r"^in-memory\.tar: at byte"):
+        list_tar_member_names(io.BytesIO(data[:5000]), name="in-memory.tar")

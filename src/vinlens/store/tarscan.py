@@ -21,10 +21,12 @@ a :class:`TarScanError` subclass naming the tar file and the byte offset of the 
 
 from __future__ import annotations
 
+import io
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -118,14 +120,25 @@ class TarMemberHeader:
         return self.typeflag in ("0", "7", "S")
 
 
+TarSource = str | os.PathLike[str] | BinaryIO
+
+
 def scan_tar_headers(
-    path: str | os.PathLike[str],
+    source: TarSource,
     *,
+    name: str | None = None,
     max_extended_header_bytes: int = DEFAULT_MAX_EXTENDED_HEADER_BYTES,
 ) -> list[TarMemberHeader]:
-    """Return every member of the tar at ``path`` in archive order, reading headers only."""
-    scan = _Scan(Path(path), max_extended_header_bytes, regular_only=False, detailed=True)
-    scan.run()
+    """Return every member of a tar in archive order, reading headers only.
+
+    ``source`` is a path or a seekable binary file object (e.g. from
+    :meth:`vinlens.store.access.StoreAccess.open_binary`, left open); ``name`` is what
+    errors call it (default: the path, or the file object's ``name``).
+    """
+    scan = _Scan(
+        _source_name(source, name), max_extended_header_bytes, regular_only=False, detailed=True
+    )
+    scan.run(source)
     return [
         TarMemberHeader(name, typ, size, hoff, doff)
         for name, typ, size, hoff, doff in zip(
@@ -135,18 +148,37 @@ def scan_tar_headers(
 
 
 def list_tar_member_names(
-    path: str | os.PathLike[str],
+    source: TarSource,
     *,
+    name: str | None = None,
     regular_only: bool = False,
     max_extended_header_bytes: int = DEFAULT_MAX_EXTENDED_HEADER_BYTES,
 ) -> list[str]:
     """Return member names in archive order, as ``tarfile.TarFile.getnames()`` would.
 
     ``regular_only`` keeps regular files only (what a WebDataset reader iterates).
+    ``source`` and ``name`` are as in :func:`scan_tar_headers`.
     """
-    scan = _Scan(Path(path), max_extended_header_bytes, regular_only=regular_only, detailed=False)
-    scan.run()
+    scan = _Scan(
+        _source_name(source, name),
+        max_extended_header_bytes,
+        regular_only=regular_only,
+        detailed=False,
+    )
+    scan.run(source)
     return scan.names
+
+
+def _source_name(source: TarSource, name: str | None) -> str:
+    if name is not None:
+        return name
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return str(getattr(source, "name", "<tar stream>"))
+
+
+def _no_source(size: int, offset: int) -> bytes:
+    raise RuntimeError("tar scan has no source")
 
 
 def _decode(raw: bytes) -> str:
@@ -185,7 +217,7 @@ class _Scan:
     """State of one scan; a class so the hot loop keeps everything in fast locals."""
 
     def __init__(
-        self, path: Path, max_extended_header_bytes: int, *, regular_only: bool, detailed: bool
+        self, path: str, max_extended_header_bytes: int, *, regular_only: bool, detailed: bool
     ) -> None:
         if max_extended_header_bytes < BLOCK:
             raise ValueError(
@@ -201,6 +233,7 @@ class _Scan:
         self.header_offsets: list[int] = []
         self.data_offsets: list[int] = []
         # Headers of the current buffer whose checksums are still to be verified.
+        self._pread: Callable[[int, int], bytes] = _no_source
         self._buf: bytes = b""
         self._buf_start = 0
         self._pending_rows: list[int] = []
@@ -255,7 +288,7 @@ class _Scan:
         return error
 
     # -- extended header payloads ----------------------------------------------------
-    def _read_payload(self, fd: int, header_offset: int, size: int, file_size: int) -> bytes:
+    def _read_payload(self, header_offset: int, size: int, file_size: int) -> bytes:
         if size > self.max_ext:
             raise self._error_after_verifying(
                 TarExtendedHeaderTooLargeError(
@@ -277,7 +310,7 @@ class _Scan:
         rel = start - self._buf_start
         if rel + size <= len(self._buf):
             return self._buf[rel : rel + size]
-        data = os.pread(fd, size, start)
+        data = self._pread(size, start)
         if len(data) != size:
             raise TruncatedTarError(
                 self.path, header_offset, f"short read of {len(data)}/{size} extended-header bytes"
@@ -335,14 +368,41 @@ class _Scan:
         return int(value)
 
     # -- the scan ----------------------------------------------------------------------
-    def run(self) -> None:
-        try:
-            with open(self.path, "rb", buffering=0) as handle:
-                self._run(handle.fileno())
-        except IsADirectoryError:
-            raise IsADirectoryError(f"{self.path}: is a directory, expected a tar file") from None
+    def run(self, source: TarSource) -> None:
+        if isinstance(source, (str, os.PathLike)):
+            try:
+                with open(source, "rb", buffering=0) as handle:
+                    self._run_on(handle)
+            except IsADirectoryError:
+                raise IsADirectoryError(
+                    f"{self.path}: is a directory, expected a tar file"
+                ) from None
+        else:
+            self._run_on(source)
 
-    def _load(self, fd: int, pos: int, file_size: int) -> None:
+    def _run_on(self, handle: BinaryIO) -> None:
+        """Positional reads on the handle's descriptor, or seek + read for other streams."""
+        try:
+            fd = handle.fileno()
+            file_size = os.fstat(fd).st_size
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            fd = -1
+            file_size = handle.seek(0, io.SEEK_END)
+        if fd >= 0:
+
+            def pread(size: int, offset: int) -> bytes:
+                return os.pread(fd, size, offset)
+
+        else:
+
+            def pread(size: int, offset: int) -> bytes:
+                handle.seek(offset)
+                return handle.read(size)
+
+        self._pread = pread
+        self._run(file_size)
+
+    def _load(self, pos: int, file_size: int) -> None:
         """Read the buffer that starts at header offset ``pos`` and classify its blocks.
 
         Every complete block is decoded *as if* it were a header (size, type, next-header
@@ -360,7 +420,7 @@ class _Scan:
                 f"file ends at byte {file_size} without the end-of-archive marker "
                 "(truncated or incompletely copied)",
             )
-        buf = os.pread(fd, _BIG_READ if dense else _SMALL_READ, pos)
+        buf = self._pread(_BIG_READ if dense else _SMALL_READ, pos)
         self._buf = buf
         self._buf_start = pos
         if len(buf) < BLOCK:
@@ -457,14 +517,13 @@ class _Scan:
             self.data_offsets.extend(data_pos.tolist())
         return i
 
-    def _run(self, fd: int) -> None:
+    def _run(self, file_size: int) -> None:
         path = self.path
-        file_size = os.fstat(fd).st_size
         if file_size == 0:
             raise TruncatedTarError(path, 0, "file is empty; expected tar headers")
-        pread = os.pread
+        pread = self._pread
         names = self.names
-        self._load(fd, 0, file_size)
+        self._load(0, file_size)
         pos = 0
         # Overrides announced by extended headers for the next member only.
         long_name: str | None = None
@@ -476,7 +535,7 @@ class _Scan:
         while True:
             buf_start = self._buf_start
             if pos + BLOCK > buf_start + len(self._buf):
-                self._load(fd, pos, file_size)
+                self._load(pos, file_size)
                 buf_start = pos
             plain = long_name is None and pax_path is None and pax_size is None
             if plain and global_path is None and member_start is None:
@@ -504,7 +563,7 @@ class _Scan:
             if typ in _EXTENDED_TYPES:
                 if member_start is None and typ != b"g":
                     member_start = pos
-                payload = self._read_payload(fd, pos, size, file_size)
+                payload = self._read_payload(pos, size, file_size)
                 if typ == b"L":
                     long_name = _decode(payload.partition(b"\x00")[0])
                 elif typ != b"K":
@@ -528,7 +587,7 @@ class _Scan:
             if typ == b"S" and buf[o + 482]:
                 # Old GNU sparse: extension blocks follow until one clears its flag.
                 for _ in range(_MAX_SPARSE_EXTENSION_BLOCKS):
-                    ext = pread(fd, BLOCK, data_pos)
+                    ext = pread(BLOCK, data_pos)
                     if len(ext) < BLOCK:
                         raise self._error_after_verifying(
                             TruncatedTarError(
