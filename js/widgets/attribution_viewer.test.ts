@@ -1,0 +1,295 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { colormap } from "../lib/colormap";
+import { dataView, FakeModel } from "../lib/fake-model";
+import { compositeOverlay, imageToRGBA } from "../lib/overlay";
+import type { NDArray } from "../lib/payload";
+import widget, { closestLayer, displayRange, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+
+function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
+  const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
+  return { $array: { dtype, shape, data: dataView(data) } };
+}
+
+function record(key: string, values: number[], shape: number[], extra: Partial<AttributionPayload> = {}) {
+  const finite = values.filter(Number.isFinite);
+  return {
+    camera_key: key, method: "grad_cam", method_label: "Grad-CAM", layer: `encoders.${key}.conv3`,
+    capture_mode: "dedicated_layer", target: "t", score: 1.5,
+    map: arrayNode("float32", shape, values), layer_shape: [1, 1],
+    min: Math.min(...finite), max: Math.max(...finite), ...extra,
+  };
+}
+
+const HOSTILE = "<img src=x onerror=alert(1)>";
+
+function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerModel {
+  return {
+    camera_keys: ["rgb", HOSTILE],
+    images: {
+      rgb: arrayNode("uint8", [2, 2, 3], [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120]),
+      [HOSTILE]: arrayNode("uint8", [2, 2], [0, 64, 128, 255]),
+    },
+    attributions: {},
+    methods: [
+      { value: "grad_cam", label: "Grad-CAM" },
+      { value: "grad_cam_plus_plus", label: "Grad-CAM++" },
+      { value: "ablation_cam", label: "Ablation-CAM" },
+    ],
+    capture_modes: ["dedicated_layer", "per_camera_call", "stacked_camera_batch"],
+    layer_choices: {
+      dedicated_layer: [{ path: "encoders.{camera}.conv3", type: "Conv2d" }],
+      per_camera_call: [{ path: "encoder.conv3", type: "Conv2d" }, { path: "head", type: "Linear" }],
+      stacked_camera_batch: [{ path: "encoder.conv3", type: "Conv2d" }],
+    },
+    explicit_targets: false,
+    method: "grad_cam",
+    layer: "encoders.{camera}.conv3",
+    capture_mode: "dedicated_layer",
+    target_class: 0,
+    target_label: "class 0",
+    colormap: "viridis",
+    opacity: 0.5,
+    scale: "normalized",
+    view: "grid",
+    focused_camera: "rgb",
+    status: "idle",
+    error: "",
+    error_traceback: "",
+    ...over,
+  };
+}
+
+// jsdom has no canvas: a minimal 2D context that keeps what was painted, per canvas.
+const painted = new WeakMap<HTMLCanvasElement, { data: Uint8ClampedArray; width: number; height: number }>();
+class FakeImageData {
+  constructor(public data: Uint8ClampedArray, public width: number, public height: number) {}
+}
+(globalThis as any).ImageData ??= FakeImageData;
+HTMLCanvasElement.prototype.getContext = function (this: HTMLCanvasElement) {
+  return { putImageData: (img: FakeImageData) => painted.set(this, img) } as any;
+} as any;
+
+let cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups) c();
+  cleanups = [];
+  document.body.replaceChildren();
+});
+
+function mount(over: Partial<AttributionViewerModel> = {}) {
+  const model = new FakeModel<AttributionViewerModel>(state(over));
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanup = widget.render({ model, el } as any) as () => void;
+  cleanups.push(cleanup);
+  const q = <T extends Element>(sel: string) => el.querySelector(sel) as T;
+  return { model, el, q, cleanup };
+}
+
+function select(el: HTMLSelectElement, value: string) {
+  el.value = value;
+  el.dispatchEvent(new Event("change"));
+}
+
+describe("overlay compositing", () => {
+  it("expands grey, RGB and RGBA images to opaque RGBA", () => {
+    const grey: NDArray = { dtype: "uint8", shape: [1, 2], data: new Uint8Array([5, 250]) };
+    expect(Array.from(imageToRGBA(grey))).toEqual([5, 5, 5, 255, 250, 250, 250, 255]);
+    const rgba: NDArray = { dtype: "uint8", shape: [1, 1, 4], data: new Uint8Array([1, 2, 3, 9]) };
+    expect(Array.from(imageToRGBA(rgba))).toEqual([1, 2, 3, 255]);
+    const bad: NDArray = { dtype: "uint8", shape: [1, 1, 2], data: new Uint8Array(2) };
+    expect(() => imageToRGBA(bad)).toThrow(/\[H, W, 3\]/);
+  });
+
+  it("blends the colormap over the image by opacity and leaves non-finite values alone", () => {
+    const base = new Uint8ClampedArray([100, 100, 100, 255, 100, 100, 100, 255, 7, 8, 9, 255]);
+    const map = [0, 2, NaN];
+    const lut = colormap("magma").lut;
+    const full = compositeOverlay(base, map, { colormap: "magma", vmin: 0, vmax: 2, opacity: 1 });
+    expect(Array.from(full.slice(0, 3))).toEqual(Array.from(lut.slice(0, 3)));
+    expect(Array.from(full.slice(4, 7))).toEqual(Array.from(lut.slice(255 * 3, 255 * 3 + 3)));
+    expect(Array.from(full.slice(8, 11))).toEqual([7, 8, 9]);
+    const none = compositeOverlay(base, map, { colormap: "magma", vmin: 0, vmax: 2, opacity: 0 });
+    expect(Array.from(none)).toEqual(Array.from(base));
+    const half = compositeOverlay(base, map, { colormap: "viridis", vmin: 0, vmax: 2, opacity: 0.5 });
+    const top = colormap("viridis").lut.slice(255 * 3, 255 * 3 + 3);
+    expect(half[4]).toBe(new Uint8ClampedArray([0.5 * 100 + 0.5 * top[0]])[0]);
+    expect(() => compositeOverlay(base, [1], { colormap: "viridis", vmin: 0, vmax: 1, opacity: 1 })).toThrow(/1 values/);
+  });
+
+  it("uses each camera's own range when normalised and one shared range when raw", () => {
+    const a = record("a", [0, 1], [1, 2]) as unknown as AttributionPayload;
+    const b = record("b", [2, 5], [1, 2]) as unknown as AttributionPayload;
+    expect(displayRange("normalized", b, [a, b])).toEqual({ vmin: 2, vmax: 5 });
+    expect(displayRange("raw", a, [a, b])).toEqual({ vmin: 0, vmax: 5 });
+  });
+});
+
+describe("layer matching across capture modes", () => {
+  it("keeps the layer with the longest common dotted suffix", () => {
+    expect(closestLayer("encoders.{camera}.conv3", ["encoder", "encoder.conv2", "encoder.conv3"])).toBe("encoder.conv3");
+    expect(closestLayer("encoder.conv3", ["encoders.{camera}.conv1", "encoders.{camera}.conv3"])).toBe("encoders.{camera}.conv3");
+    expect(closestLayer("x.y", ["a", "b"])).toBeNull();
+  });
+});
+
+describe("AttributionViewerWidget view", () => {
+  it("renders one panel per camera with kernel strings as text only", () => {
+    const { el } = mount();
+    const panels = el.querySelectorAll<HTMLElement>(".vl-av-panel");
+    expect(panels.length).toBe(2);
+    expect(panels[1].dataset.camera).toBe(HOSTILE);
+    expect(panels[1].querySelector(".vl-av-camera")!.textContent).toBe(HOSTILE);
+    expect(el.querySelector("img")).toBeNull();
+    expect(el.querySelector(".vl-av-empty")!.hasAttribute("hidden")).toBe(false);
+  });
+
+  it("shows raw min/max, score and the layer for each camera's map", () => {
+    const { el, model } = mount();
+    model.kernelSet("attributions", {
+      rgb: record("rgb", [0, 0.5, 1, 2], [2, 2]),
+      [HOSTILE]: record(HOSTILE, [0, 0, 0, 4], [2, 2], { layer: HOSTILE }),
+    });
+    expect(el.querySelector(".vl-av-empty")!.hasAttribute("hidden")).toBe(true);
+    const [rgb, other] = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
+    expect(rgb.querySelector(".vl-av-stats")!.textContent).toContain("raw min 0 · max 2");
+    expect(rgb.querySelector(".vl-av-detail")!.textContent).toContain("Grad-CAM · encoders.rgb.conv3 · dedicated layer");
+    expect(other.querySelector(".vl-av-detail")!.textContent).toContain(HOSTILE);
+    expect(rgb.querySelector(".vl-av-bar-max")!.textContent).toBe("2");
+    const canvas = rgb.querySelector("canvas")!;
+    expect([canvas.width, canvas.height]).toEqual([2, 2]);
+    const base = new Uint8ClampedArray([10, 20, 30, 255, 40, 50, 60, 255, 70, 80, 90, 255, 100, 110, 120, 255]);
+    const expected = compositeOverlay(base, [0, 0.5, 1, 2], { colormap: "viridis", vmin: 0, vmax: 2, opacity: 0.5 });
+    expect(Array.from(painted.get(canvas)!.data)).toEqual(Array.from(expected));
+    model.kernelSet("scale", "raw");
+    expect(rgb.querySelector(".vl-av-bar-max")!.textContent).toBe("4");
+    const raw = compositeOverlay(base, [0, 0.5, 1, 2], { colormap: "viridis", vmin: 0, vmax: 4, opacity: 0.5 });
+    expect(Array.from(painted.get(canvas)!.data)).toEqual(Array.from(raw));
+    expect(rgb.querySelector(".vl-av-stats")!.textContent).toContain("max 2");
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("writes display controls to the model", () => {
+    const { q, model } = mount();
+    select(q<HTMLSelectElement>(".vl-av-colormap"), "magma");
+    expect(model.get("colormap")).toBe("magma");
+    const opacity = q<HTMLInputElement>(".vl-av-opacity");
+    opacity.value = "0.8";
+    opacity.dispatchEvent(new Event("input"));
+    expect(model.get("opacity")).toBeCloseTo(0.8);
+    expect(q(".vl-av-opacity-value").textContent).toBe("80%");
+    select(q<HTMLSelectElement>(".vl-av-scale"), "raw");
+    expect(model.get("scale")).toBe("raw");
+    expect(model.saved).toBe(3);
+  });
+
+  it("enlarges one camera and steps through cameras from the keyboard", () => {
+    const { el, model } = mount();
+    const panels = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
+    panels[1].dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    expect(model.get("view")).toBe("single");
+    expect(model.get("focused_camera")).toBe(HOSTILE);
+    expect(panels[0].hidden).toBe(true);
+    expect(panels[1].hidden).toBe(false);
+    panels[1].dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    expect(model.get("focused_camera")).toBe("rgb");
+    expect(panels[0].hidden).toBe(false);
+    const tabs = Array.from(el.querySelectorAll<HTMLButtonElement>(".vl-av-tab"));
+    expect(tabs.map((t) => t.textContent)).toEqual(["rgb", HOSTILE]);
+    expect(tabs[0].getAttribute("aria-pressed")).toBe("true");
+    panels[0].dispatchEvent(new KeyboardEvent("keydown", { key: "Escape", bubbles: true }));
+    expect(model.get("view")).toBe("grid");
+    expect(panels.every((p) => !p.hidden)).toBe(true);
+  });
+
+  it("lists layers for the chosen capture mode", () => {
+    const { q } = mount();
+    const layer = q<HTMLSelectElement>(".vl-av-layer");
+    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoders.{camera}.conv3"]);
+    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
+    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoder.conv3", "head"]);
+    expect(layer.value).toBe("encoder.conv3");
+    expect(layer.options[1].textContent).toBe("head  (Linear)");
+    select(q<HTMLSelectElement>(".vl-av-mode"), "dedicated_layer");
+    expect(layer.value).toBe("encoders.{camera}.conv3");
+    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
+    select(layer, "head");
+    select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
+    expect(layer.value).toBe("");
+    expect(layer.options[0].textContent).toBe("(choose a layer)");
+  });
+
+  it("offers the Python targets when the viewer was given explicit targets", () => {
+    const { q } = mount({ explicit_targets: true, layer: "" });
+    const layer = q<HTMLSelectElement>(".vl-av-layer");
+    expect(layer.value).toBe("");
+    expect(layer.options[0].textContent).toBe("(targets given in Python)");
+  });
+});
+
+describe("recompute", () => {
+  it("sends the drafted method, layer, mode and class and tracks progress per camera", async () => {
+    const { q, model, el } = mount();
+    select(q<HTMLSelectElement>(".vl-av-method"), "ablation_cam");
+    select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
+    const cls = q<HTMLInputElement>(".vl-av-class");
+    cls.value = "2";
+    cls.dispatchEvent(new Event("input"));
+    q<HTMLButtonElement>(".vl-av-recompute").click();
+    const sent = model.sent.at(-1)!.content;
+    expect(sent).toMatchObject({
+      kind: "command", name: "explain",
+      args: { method: "ablation_cam", capture_mode: "stacked_camera_batch", layer: "encoder.conv3", target_class: 2 },
+    });
+    expect(q<HTMLButtonElement>(".vl-av-recompute").disabled).toBe(true);
+    expect(q<HTMLButtonElement>(".vl-av-cancel").hidden).toBe(false);
+    const panels = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
+    expect(panels.every((p) => p.classList.contains("vl-av-pending"))).toBe(true);
+
+    model.receive({ kind: "progress", id: sent.id, done: 1, total: 2 });
+    expect(q(".vl-progress-label").textContent).toBe(`explaining ${HOSTILE} (1 / 2)`);
+    expect(panels[0].classList.contains("vl-av-pending")).toBe(false);
+    expect(panels[1].classList.contains("vl-av-pending")).toBe(true);
+
+    q<HTMLButtonElement>(".vl-av-cancel").click();
+    expect(model.sent.at(-1)!.content).toEqual({ kind: "cancel", id: sent.id });
+
+    model.receive({ kind: "result", id: sent.id, data: { cameras: ["rgb", HOSTILE] } });
+    await new Promise((r) => setTimeout(r, 0));
+    expect(q<HTMLButtonElement>(".vl-av-recompute").disabled).toBe(false);
+    expect(q<HTMLButtonElement>(".vl-av-cancel").hidden).toBe(true);
+    expect(panels.some((p) => p.classList.contains("vl-av-pending"))).toBe(false);
+  });
+
+  it("shows the kernel's error reply as text in the error box", async () => {
+    const { q, model } = mount();
+    q<HTMLButtonElement>(".vl-av-recompute").click();
+    const { id } = model.sent.at(-1)!.content;
+    model.receive({ kind: "error", id, message: `layer ${HOSTILE} is not a module`, traceback: "Traceback: boom", cancelled: false });
+    await new Promise((r) => setTimeout(r, 0));
+    const box = q<HTMLElement>(".vl-error");
+    expect(box.hidden).toBe(false);
+    expect(q(".vl-error-message").textContent).toBe(`layer ${HOSTILE} is not a module`);
+    expect(q(".vl-error-traceback").textContent).toBe("Traceback: boom");
+    expect(box.querySelector("img")).toBeNull();
+    expect(q<HTMLButtonElement>(".vl-av-recompute").disabled).toBe(false);
+  });
+
+  it("marks unapplied changes and clears the mark when the kernel applies them", () => {
+    const { q, model } = mount({ attributions: { rgb: record("rgb", [0, 1, 2, 3], [2, 2]) } });
+    const dirty = q<HTMLElement>(".vl-av-dirty");
+    expect(dirty.hidden).toBe(true);
+    select(q<HTMLSelectElement>(".vl-av-method"), "grad_cam_plus_plus");
+    expect(dirty.hidden).toBe(false);
+    model.kernelSet("method", "grad_cam_plus_plus");
+    expect(dirty.hidden).toBe(true);
+  });
+
+  it("stops listening to the model on cleanup", () => {
+    const { model, cleanup } = mount();
+    expect(model.listenerCount("change:attributions")).toBe(1);
+    cleanup();
+    expect(model.listenerCount("change:attributions")).toBe(0);
+    expect(model.listenerCount("msg:custom")).toBe(0);
+  });
+});

@@ -1,0 +1,560 @@
+// AttributionViewerWidget front end: one panel per camera with the image and its
+// attribution heatmap composited on a canvas, display controls (colormap, opacity,
+// normalised or raw scale, side by side or one enlarged) applied locally, and the
+// explanation controls (method, layer, capture mode, target class) sent to the kernel as
+// an "explain" command that reports progress per camera.
+//
+// Everything from the kernel is inserted as text (js/lib/dom.ts); images and maps arrive
+// as binary arrays ({"$array"} nodes holding DataViews), never as base64 or JSON lists.
+import type { AnyModel, RenderProps } from "@anywidget/types";
+import "../lib/theme.css";
+import "./attribution_viewer.css";
+import { COLORMAP_NAMES, gradientCss, type ColormapName } from "../lib/colormap";
+import { h, replaceChildren } from "../lib/dom";
+import { compositeOverlay, imageSize, imageToRGBA, paintCanvas } from "../lib/overlay";
+import { decode, formatNumber, type NDArray } from "../lib/payload";
+import { CommandClient, type CommandError } from "../lib/protocol";
+import { statusView } from "../lib/status";
+
+export type Scale = "normalized" | "raw";
+export type View = "grid" | "single";
+
+export interface LayerChoice {
+  path: string;
+  type: string;
+}
+
+export interface MethodChoice {
+  value: string;
+  label: string;
+}
+
+/** One camera's explanation as the kernel sends it (see attribution_viewer.py:_record_payload). */
+export interface AttributionPayload {
+  camera_key: string;
+  method: string;
+  method_label: string;
+  layer: string;
+  capture_mode: string;
+  target: string;
+  score: number;
+  /** Raw attribution values at the camera image's resolution, float32 [H, W]. */
+  map: NDArray;
+  /** [h, w] of the map at the target layer, before upsampling. */
+  layer_shape: number[];
+  min: number;
+  max: number;
+}
+
+export interface AttributionViewerModel {
+  camera_keys: string[];
+  images: Record<string, unknown>;
+  attributions: Record<string, unknown>;
+  methods: MethodChoice[];
+  capture_modes: string[];
+  layer_choices: Record<string, LayerChoice[]>;
+  explicit_targets: boolean;
+  method: string;
+  layer: string;
+  capture_mode: string;
+  target_class: number | null;
+  target_label: string;
+  colormap: string;
+  opacity: number;
+  scale: Scale;
+  view: View;
+  focused_camera: string;
+  status: string;
+  error: string;
+  error_traceback: string;
+}
+
+type Model = AnyModel<AttributionViewerModel>;
+
+const MODE_LABELS: Record<string, string> = {
+  dedicated_layer: "dedicated layer",
+  per_camera_call: "per-camera call",
+  stacked_camera_batch: "stacked batch",
+};
+
+/** "(targets given in Python)" sits in the layer list under this value. */
+export const EXPLICIT_LAYER = "";
+
+/**
+ * The layer in `paths` that best matches `previous` when the capture mode changes: the one
+ * sharing the longest dotted suffix ("encoders.{camera}.conv3" -> "encoder.conv3").
+ */
+export function closestLayer(previous: string, paths: string[]): string | null {
+  const prev = previous.split(".").reverse();
+  let best: string | null = null;
+  let bestScore = 0;
+  for (const path of paths) {
+    const parts = path.split(".").reverse();
+    let n = 0;
+    while (n < parts.length && n < prev.length && parts[n] === prev[n]) n++;
+    if (n > bestScore) { best = path; bestScore = n; }
+  }
+  return best;
+}
+
+function isColormap(name: string): name is ColormapName {
+  return (COLORMAP_NAMES as readonly string[]).includes(name);
+}
+
+/** Colour-scale range of one camera: its own min/max, or the shared range of all cameras. */
+export function displayRange(
+  scale: Scale, record: AttributionPayload, all: AttributionPayload[],
+): { vmin: number; vmax: number } {
+  if (scale === "normalized") return { vmin: record.min, vmax: record.max };
+  let vmin = Math.min(0, ...all.map((r) => r.min));
+  let vmax = Math.max(...all.map((r) => r.max));
+  if (!Number.isFinite(vmin)) vmin = 0;
+  if (!Number.isFinite(vmax)) vmax = vmin;
+  return { vmin, vmax };
+}
+
+interface Panel {
+  key: string;
+  el: HTMLElement;
+  canvas: HTMLCanvasElement;
+  title: HTMLElement;
+  detail: HTMLElement;
+  note: HTMLElement;
+  bar: HTMLElement;
+  barMin: HTMLElement;
+  barMax: HTMLElement;
+  stats: HTMLElement;
+  readout: HTMLElement;
+  base: Uint8ClampedArray | null;
+  width: number;
+  height: number;
+  pending: boolean;
+}
+
+function option(value: string, label: string, selected: boolean): HTMLOptionElement {
+  const o = h("option", { value }, label);
+  o.selected = selected;
+  return o;
+}
+
+function labelled(text: string, control: HTMLElement): HTMLLabelElement {
+  return h("label", { class: "vl-av-field" }, h("span", { class: "vl-muted" }, text), control);
+}
+
+function render({ model, el }: RenderProps<AttributionViewerModel>): () => void {
+  const m = model as Model;
+  const client = new CommandClient(m);
+  const status = statusView(m);
+  let running: (Promise<unknown> & { id: string }) | null = null;
+
+  // -- explanation controls (drafts until Recompute) -------------------------------------
+  const methodSelect = h("select", { class: "vl-input vl-av-method", "aria-label": "Attribution method" });
+  const modeSelect = h("select", { class: "vl-input vl-av-mode", "aria-label": "Capture mode" });
+  const layerSelect = h("select", { class: "vl-input vl-av-layer", "aria-label": "Target layer" });
+  const classInput = h("input", {
+    class: "vl-input vl-av-class", type: "number", min: 0, step: 1, "aria-label": "Target class index",
+  });
+  const targetText = h("span", { class: "vl-av-target vl-mono" });
+  const recompute = h("button", { class: "vl-button vl-primary vl-av-recompute", type: "button" }, "Recompute");
+  const cancel = h("button", { class: "vl-button vl-av-cancel", type: "button", hidden: true }, "Cancel");
+  const dirty = h("span", { class: "vl-badge vl-warn vl-av-dirty", hidden: true }, "changes not applied");
+
+  // -- display controls (traitlets, applied in the browser) ------------------------------
+  const cmapSelect = h("select", { class: "vl-input vl-av-colormap", "aria-label": "Colormap" });
+  for (const name of COLORMAP_NAMES) cmapSelect.append(option(name, name, false));
+  const opacity = h("input", {
+    class: "vl-av-opacity", type: "range", min: 0, max: 1, step: 0.05, "aria-label": "Heatmap opacity",
+  });
+  const opacityText = h("span", { class: "vl-muted vl-av-opacity-value" });
+  const scaleSelect = h("select", { class: "vl-input vl-av-scale", "aria-label": "Colour scale" },
+    option("normalized", "normalized per camera", false), option("raw", "raw (shared range)", false));
+  const viewButton = h("button", { class: "vl-button vl-av-view", type: "button", "aria-pressed": "false" });
+  const cameraTabs = h("div", { class: "vl-av-tabs", role: "group", "aria-label": "Enlarged camera" });
+
+  const grid = h("div", { class: "vl-av-panels" });
+  const empty = h("div", { class: "vl-muted vl-av-empty" }, "No attribution computed yet: choose a layer and press Recompute.");
+
+  const root = h(
+    "div", { class: "vl-root vl-av" },
+    h("div", { class: "vl-toolbar vl-av-explain" },
+      h("span", { class: "vl-title" }, "Attribution"),
+      labelled("method", methodSelect), labelled("layer", layerSelect), labelled("mode", modeSelect),
+      labelled("target", h("span", { class: "vl-av-target-wrap" }, classInput, targetText)),
+      recompute, cancel, dirty),
+    h("div", { class: "vl-toolbar vl-av-display" },
+      labelled("colormap", cmapSelect),
+      labelled("opacity", h("span", { class: "vl-av-opacity-wrap" }, opacity, opacityText)),
+      labelled("scale", scaleSelect), viewButton, cameraTabs),
+    status.el, empty, grid,
+  );
+  el.append(root);
+
+  const panels = new Map<string, Panel>();
+  let records = new Map<string, AttributionPayload>();
+  let pendingCameras = new Set<string>();
+
+  // -- state from the kernel -----------------------------------------------------------
+  function syncMethods(): void {
+    const current = methodSelect.value || m.get("method");
+    replaceChildren(methodSelect, ...m.get("methods").map((c) => option(c.value, c.label, c.value === current)));
+  }
+
+  function syncModes(): void {
+    const current = modeSelect.value || m.get("capture_mode");
+    replaceChildren(modeSelect, ...m.get("capture_modes").map((mode) => option(mode, MODE_LABELS[mode] ?? mode, mode === current)));
+  }
+
+  function syncLayers(): void {
+    const mode = modeSelect.value || m.get("capture_mode");
+    const choices = m.get("layer_choices")?.[mode] ?? [];
+    const explicit = m.get("explicit_targets");
+    const paths = choices.map((c) => c.path);
+    let current = layerSelect.dataset.draft ?? m.get("layer");
+    // A layer set from Python may be missing from the list (e.g. a per-camera mapping):
+    // keep it while the mode is the one it was computed with.
+    const applied = current !== "" && current === m.get("layer") && mode === m.get("capture_mode");
+    const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || applied;
+    if (!valid) current = closestLayer(current, paths) ?? (explicit ? EXPLICIT_LAYER : "");
+    const opts: HTMLOptionElement[] = [];
+    if (explicit) opts.push(option(EXPLICIT_LAYER, "(targets given in Python)", current === EXPLICIT_LAYER));
+    else if (current === "") opts.push(option("", "(choose a layer)", true));
+    if (current !== "" && !paths.includes(current)) opts.push(option(current, current, true));
+    for (const c of choices) opts.push(option(c.path, c.type ? `${c.path}  (${c.type})` : c.path, c.path === current));
+    replaceChildren(layerSelect, ...opts);
+    layerSelect.value = current;
+  }
+
+  function syncTarget(): void {
+    const cls = m.get("target_class");
+    classInput.hidden = cls === null || cls === undefined;
+    if (!classInput.hidden && document.activeElement !== classInput) classInput.value = String(cls);
+    targetText.textContent = classInput.hidden ? m.get("target_label") : "";
+    targetText.hidden = !classInput.hidden;
+  }
+
+  function draft(): Record<string, unknown> {
+    const args: Record<string, unknown> = { method: methodSelect.value, capture_mode: modeSelect.value };
+    args.layer = layerSelect.value === EXPLICIT_LAYER ? null : layerSelect.value;
+    if (!classInput.hidden) args.target_class = classInput.value === "" ? null : Number(classInput.value);
+    return args;
+  }
+
+  function updateDirty(): void {
+    const d = draft();
+    const changed = d.method !== m.get("method") || d.capture_mode !== m.get("capture_mode")
+      || (d.layer ?? EXPLICIT_LAYER) !== m.get("layer")
+      || ("target_class" in d && d.target_class !== m.get("target_class"));
+    dirty.hidden = !changed || records.size === 0;
+  }
+
+  function syncExplainControls(): void {
+    methodSelect.value = m.get("method");
+    modeSelect.value = m.get("capture_mode");
+    delete layerSelect.dataset.draft;
+    syncLayers();
+    syncTarget();
+    updateDirty();
+  }
+
+  // -- panels --------------------------------------------------------------------------
+  function makePanel(key: string): Panel {
+    const canvas = h("canvas", { class: "vl-av-canvas", role: "img", "aria-label": `${key} attribution overlay` });
+    const title = h("span", { class: "vl-av-camera" }, key);
+    const detail = h("span", { class: "vl-muted vl-mono vl-av-detail" });
+    const note = h("span", { class: "vl-badge vl-av-note", hidden: true });
+    const barMin = h("span", { class: "vl-av-bar-min vl-mono" });
+    const barMax = h("span", { class: "vl-av-bar-max vl-mono" });
+    const bar = h("div", { class: "vl-av-bar", "aria-hidden": "true" });
+    const stats = h("div", { class: "vl-muted vl-av-stats" });
+    const readout = h("div", { class: "vl-mono vl-av-readout", "aria-live": "polite" });
+    const download = h("button", { class: "vl-button vl-av-download", type: "button", title: `Download the ${key} overlay as PNG` }, "PNG");
+    const panelEl = h("figure", {
+      class: "vl-av-panel", tabindex: 0, "data-camera": key,
+      "aria-label": `camera ${key}; Enter to enlarge, Escape for all cameras`,
+    },
+    h("figcaption", { class: "vl-av-head" }, title, note, detail, download),
+    h("div", { class: "vl-av-frame" }, canvas),
+    h("div", { class: "vl-av-legend" }, barMin, bar, barMax),
+    stats, readout);
+    const panel: Panel = {
+      key, el: panelEl, canvas, title, detail, note, bar, barMin, barMax, stats, readout,
+      base: null, width: 0, height: 0, pending: false,
+    };
+    panelEl.addEventListener("keydown", (ev) => onPanelKey(ev, key));
+    panelEl.addEventListener("dblclick", () => toggleEnlarge(key));
+    canvas.addEventListener("mousemove", (ev) => showValueAt(panel, ev));
+    canvas.addEventListener("mouseleave", () => { readout.textContent = ""; });
+    download.addEventListener("click", (ev) => { ev.stopPropagation(); downloadPanel(panel); });
+    return panel;
+  }
+
+  function loadImage(panel: Panel): void {
+    const raw = m.get("images")?.[panel.key];
+    panel.base = null;
+    if (!raw) return;
+    const image = decode(raw) as NDArray;
+    const { height, width } = imageSize(image);
+    panel.width = width;
+    panel.height = height;
+    panel.base = imageToRGBA(image);
+  }
+
+  function paint(panel: Panel): void {
+    if (!panel.base) {
+      panel.stats.textContent = "no image";
+      return;
+    }
+    const record = records.get(panel.key);
+    const name = m.get("colormap");
+    const cmap: ColormapName = isColormap(name) ? name : "viridis";
+    const all = [...records.values()];
+    if (!record) {
+      paintCanvas(panel.canvas, panel.base, panel.width, panel.height);
+      panel.detail.textContent = "";
+      panel.stats.textContent = "no attribution yet";
+      panel.bar.style.background = "";
+      panel.barMin.textContent = "";
+      panel.barMax.textContent = "";
+    } else {
+      const { vmin, vmax } = displayRange(m.get("scale"), record, all);
+      const rgba = compositeOverlay(panel.base, record.map.data, { colormap: cmap, vmin, vmax, opacity: m.get("opacity") });
+      paintCanvas(panel.canvas, rgba, panel.width, panel.height);
+      panel.detail.textContent = `${record.method_label} · ${record.layer} · ${MODE_LABELS[record.capture_mode] ?? record.capture_mode}`;
+      panel.detail.title = `target ${record.target}; score ${formatNumber(record.score)}`;
+      panel.bar.style.background = gradientCss(cmap, 24);
+      panel.barMin.textContent = formatNumber(vmin);
+      panel.barMax.textContent = formatNumber(vmax);
+      const [lh, lw] = record.layer_shape;
+      panel.stats.textContent =
+        `raw min ${formatNumber(record.min)} · max ${formatNumber(record.max)} · score ${formatNumber(record.score)} · layer map ${lh}×${lw}`;
+    }
+    panel.note.hidden = !panel.pending;
+    panel.note.textContent = panel.pending ? "computing…" : "";
+    panel.el.classList.toggle("vl-av-pending", panel.pending);
+  }
+
+  function showValueAt(panel: Panel, ev: MouseEvent): void {
+    const record = records.get(panel.key);
+    const rect = panel.canvas.getBoundingClientRect();
+    if (!record || rect.width === 0 || rect.height === 0) return;
+    const col = Math.floor(((ev.clientX - rect.left) / rect.width) * panel.width);
+    const row = Math.floor(((ev.clientY - rect.top) / rect.height) * panel.height);
+    if (row < 0 || col < 0 || row >= panel.height || col >= panel.width) return;
+    panel.readout.textContent = `(${row}, ${col}) ${formatNumber(record.map.data[row * panel.width + col])}`;
+  }
+
+  function downloadPanel(panel: Panel): void {
+    const record = records.get(panel.key);
+    const name = `${panel.key}-${record?.method ?? "image"}.png`;
+    panel.canvas.toBlob?.((blob) => {
+      if (!blob) return;
+      const url = URL.createObjectURL(blob);
+      const a = h("a", { href: url, download: name, style: "display:none" });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    }, "image/png");
+  }
+
+  function syncPanels(): void {
+    const keys = m.get("camera_keys") ?? [];
+    for (const key of [...panels.keys()]) if (!keys.includes(key)) panels.delete(key);
+    for (const key of keys) {
+      if (!panels.has(key)) {
+        const panel = makePanel(key);
+        panels.set(key, panel);
+        loadImage(panel);
+      }
+    }
+    replaceChildren(grid, ...keys.map((k) => panels.get(k)!.el));
+    syncTabs();
+    layout();
+    paintAll();
+  }
+
+  function syncImages(): void {
+    for (const panel of panels.values()) loadImage(panel);
+    paintAll();
+  }
+
+  function syncAttributions(): void {
+    const raw = decode(m.get("attributions") ?? {}) as Record<string, AttributionPayload>;
+    records = new Map(Object.entries(raw));
+    empty.hidden = records.size > 0;
+    paintAll();
+    updateDirty();
+  }
+
+  function paintAll(): void {
+    for (const panel of panels.values()) paint(panel);
+  }
+
+  // -- layout: side by side or one enlarged ----------------------------------------------
+  function focused(): string {
+    const keys = m.get("camera_keys") ?? [];
+    const f = m.get("focused_camera");
+    return keys.includes(f) ? f : keys[0] ?? "";
+  }
+
+  function layout(): void {
+    const single = m.get("view") === "single";
+    const f = focused();
+    grid.classList.toggle("vl-av-single", single);
+    for (const panel of panels.values()) panel.el.hidden = single && panel.key !== f;
+    viewButton.textContent = single ? "Show all cameras" : "Enlarge one";
+    viewButton.setAttribute("aria-pressed", String(single));
+    cameraTabs.hidden = !single;
+    for (const b of cameraTabs.querySelectorAll("button")) {
+      b.setAttribute("aria-pressed", String(b.dataset.camera === f));
+    }
+  }
+
+  function syncTabs(): void {
+    const keys = m.get("camera_keys") ?? [];
+    replaceChildren(cameraTabs, ...keys.map((k) => {
+      const b = h("button", { class: "vl-button vl-av-tab", type: "button", "data-camera": k }, k);
+      b.addEventListener("click", () => setView("single", k));
+      return b;
+    }));
+  }
+
+  function setView(view: View, camera?: string): void {
+    if (camera !== undefined) m.set("focused_camera", camera);
+    m.set("view", view);
+    m.save_changes();
+  }
+
+  function toggleEnlarge(key: string): void {
+    if (m.get("view") === "single") setView("grid");
+    else setView("single", key);
+    panels.get(key)?.el.focus();
+  }
+
+  function onPanelKey(ev: KeyboardEvent, key: string): void {
+    if (ev.target !== ev.currentTarget) return;
+    const keys = m.get("camera_keys") ?? [];
+    if (ev.key === "Enter" || ev.key === " ") {
+      ev.preventDefault();
+      toggleEnlarge(key);
+    } else if (ev.key === "Escape" && m.get("view") === "single") {
+      ev.preventDefault();
+      setView("grid");
+      panels.get(key)?.el.focus();
+    } else if ((ev.key === "ArrowRight" || ev.key === "ArrowLeft") && m.get("view") === "single") {
+      ev.preventDefault();
+      const i = keys.indexOf(key);
+      const next = keys[(i + (ev.key === "ArrowRight" ? 1 : keys.length - 1)) % keys.length];
+      setView("single", next);
+      panels.get(next)?.el.focus();
+    }
+  }
+
+  // -- recompute ---------------------------------------------------------------------------
+  function setRunning(on: boolean): void {
+    recompute.disabled = on;
+    cancel.hidden = !on;
+    if (!on) {
+      pendingCameras = new Set();
+      for (const panel of panels.values()) panel.pending = false;
+    }
+  }
+
+  async function runExplain(): Promise<void> {
+    if (running) return;
+    const args = draft();
+    const keys = m.get("camera_keys") ?? [];
+    status.clearError();
+    pendingCameras = new Set(keys);
+    for (const panel of panels.values()) panel.pending = pendingCameras.has(panel.key);
+    setRunning(true);
+    paintAll();
+    status.progress(0, keys.length, `explaining ${keys[0] ?? ""} (0 / ${keys.length})`);
+    const request = client.request("explain", args, {
+      onProgress(done, total) {
+        for (const k of keys.slice(0, done)) {
+          pendingCameras.delete(k);
+          const p = panels.get(k);
+          if (p) { p.pending = false; paint(p); }
+        }
+        const next = keys[done];
+        status.progress(done, total, next === undefined ? `${done} / ${total} cameras` : `explaining ${next} (${done} / ${total})`);
+      },
+    });
+    running = request;
+    try {
+      await request;
+      status.clearProgress();
+      syncExplainControls(); // the drafts now are what the kernel applied
+    } catch (e) {
+      const err = e as CommandError;
+      status.clearProgress();
+      if (err.cancelled) status.progress(0, 1, "cancelled; showing the previous maps");
+      else status.showError(err.message, err.traceback);
+    } finally {
+      running = null;
+      setRunning(false);
+      paintAll();
+      updateDirty();
+    }
+  }
+
+  // -- wiring ------------------------------------------------------------------------------
+  methodSelect.addEventListener("change", updateDirty);
+  modeSelect.addEventListener("change", () => { syncLayers(); updateDirty(); });
+  layerSelect.addEventListener("change", () => { layerSelect.dataset.draft = layerSelect.value; updateDirty(); });
+  classInput.addEventListener("input", updateDirty);
+  classInput.addEventListener("keydown", (ev) => { if (ev.key === "Enter") void runExplain(); });
+  recompute.addEventListener("click", () => void runExplain());
+  cancel.addEventListener("click", () => { if (running) client.cancel(running.id); });
+
+  cmapSelect.addEventListener("change", () => { m.set("colormap", cmapSelect.value); m.save_changes(); });
+  opacity.addEventListener("input", () => { m.set("opacity", Number(opacity.value)); m.save_changes(); });
+  scaleSelect.addEventListener("change", () => { m.set("scale", scaleSelect.value as Scale); m.save_changes(); });
+  viewButton.addEventListener("click", () => setView(m.get("view") === "single" ? "grid" : "single"));
+
+  function syncDisplay(): void {
+    cmapSelect.value = m.get("colormap");
+    opacity.value = String(m.get("opacity"));
+    opacityText.textContent = `${Math.round(m.get("opacity") * 100)}%`;
+    scaleSelect.value = m.get("scale");
+    paintAll();
+  }
+
+  const listeners: [string, () => void][] = [
+    ["change:methods", syncMethods],
+    ["change:capture_modes", syncModes],
+    ["change:layer_choices", syncLayers],
+    ["change:explicit_targets", syncLayers],
+    ["change:method", syncExplainControls],
+    ["change:layer", syncExplainControls],
+    ["change:capture_mode", syncExplainControls],
+    ["change:target_class", syncExplainControls],
+    ["change:target_label", syncTarget],
+    ["change:camera_keys", syncPanels],
+    ["change:images", syncImages],
+    ["change:attributions", syncAttributions],
+    ["change:colormap", syncDisplay],
+    ["change:opacity", syncDisplay],
+    ["change:scale", syncDisplay],
+    ["change:view", layout],
+    ["change:focused_camera", layout],
+  ];
+  for (const [event, cb] of listeners) m.on(event, cb);
+
+  syncMethods();
+  syncModes();
+  syncExplainControls();
+  syncPanels();
+  syncAttributions();
+  syncDisplay();
+
+  return () => {
+    for (const [event, cb] of listeners) m.off(event, cb);
+    status.dispose();
+    client.dispose();
+    root.remove();
+  };
+}
+
+export default { render };
