@@ -26,7 +26,7 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import IO
 
 import numpy as np
 
@@ -120,7 +120,7 @@ class TarMemberHeader:
         return self.typeflag in ("0", "7", "S")
 
 
-TarSource = str | os.PathLike[str] | BinaryIO
+TarSource = str | os.PathLike[str] | IO[bytes]
 
 
 def scan_tar_headers(
@@ -380,7 +380,7 @@ class _Scan:
         else:
             self._run_on(source)
 
-    def _run_on(self, handle: BinaryIO) -> None:
+    def _run_on(self, handle: IO[bytes]) -> None:
         """Positional reads on the handle's descriptor, or seek + read for other streams."""
         try:
             fd = handle.fileno()
