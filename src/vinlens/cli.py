@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Modules exposing ``register(subparsers: argparse._SubParsersAction) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
     "vinlens.store.cli",
+    "vinlens.demo.cli",
 )
 
 

@@ -1,0 +1,231 @@
+"""The tour and per-area notebooks, kept as code so they never drift from the API.
+
+``notebooks/*.ipynb`` in the repository are written from here (``python -m
+vinlens.demo.notebooks notebooks``); a test checks they are in sync and the suite
+executes every one of them. ``vinlens demo`` writes them next to the demo data.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+__all__ = ["NOTEBOOKS", "TOUR_NOTEBOOK", "build_notebook", "write_notebooks"]
+
+TOUR_NOTEBOOK = "tour.ipynb"
+
+_Cell = tuple[str, str]  # ("md" | "code", source)
+
+_SETUP = """\
+import torch
+import vinlens
+from vinlens.demo import CAMERA_KEYS, EVIDENCE_CLASS, make_camera_images
+from vinlens.demo.config import DemoVinConfig
+from vinlens.demo.data import ensure_demo_data
+
+torch.manual_seed(0)
+demo = ensure_demo_data()  # a synthetic store + raw tar shards, made once and cached
+config = DemoVinConfig()
+model = config.setup_target().eval()
+images = make_camera_images(batch=2, seed=0)
+demo.store_dir"""
+
+TOUR: list[_Cell] = [
+    (
+        "md",
+        "# vinlens tour\n\n"
+        "Everything vinlens shows, on a small three-camera model (an RGB and two SLAM cameras, "
+        "as on Aria glasses) and a synthetic VIN offline store. Run the cells top to bottom; "
+        "every widget answers clicks by asking the kernel, so keep the kernel running.",
+    ),
+    ("code", _SETUP),
+    (
+        "md",
+        "## 1. The config, without constructing anything\n\n"
+        "`inspect_config` walks the Pydantic tree and never calls `setup_target`. "
+        "Search, expand and collapse in the widget.",
+    ),
+    ("code", "vinlens.show(config)"),
+    (
+        "md",
+        "## 2. The constructed model as a module table\n\n"
+        "Click rows (shift-click for a range, or *select subtree*) to choose the modules to capture. "
+        "The selection is the `selected_paths` traitlet, so Python sees it and can set it.",
+    ),
+    (
+        "code",
+        "from vinlens.widgets import ModuleTableWidget\n\ntable = ModuleTableWidget(model)\ntable",
+    ),
+    (
+        "code",
+        "table.selected_paths = ['encoders.rgb.conv3', 'encoders.slam-left.conv3', 'head']\n"
+        "table.selected_paths",
+    ),
+    (
+        "md",
+        "## 3. Bounded tensor snapshots\n\n"
+        "`run` is your ordinary forward. *Capture* hooks the selected modules, runs it, and removes "
+        "the hooks again, whatever happens. At most `max_bytes` of values are ever copied.",
+    ),
+    (
+        "code",
+        "from vinlens.model_inspection import CaptureLimits\n"
+        "from vinlens.widgets import SnapshotBrowserWidget\n\n"
+        "browser = SnapshotBrowserWidget(model, lambda: model(images), module_table=table,\n"
+        "                                limits=CaptureLimits(max_tensors=32))\n"
+        "browser",
+    ),
+    ("code", "snapshots = browser.capture()\nbrowser.to_dataframe().head()"),
+    ("code", "browser.export('snapshots.csv')\nprint(open('snapshots.csv').read()[:400])"),
+    (
+        "md",
+        "## 4. The offline training store\n\n"
+        "Statistics are computed off the kernel's main thread; *Refresh* re-reads and tells you "
+        "if the store on disk was replaced in between.",
+    ),
+    (
+        "code",
+        "from vinlens.widgets import StoreDashboardWidget\n\nStoreDashboardWidget(demo.store)",
+    ),
+    (
+        "md",
+        "## 5. Coverage of the raw ASE tar shards\n\n"
+        "Only tar headers are read. Click a scene to list its missing and outside snippets.",
+    ),
+    (
+        "code",
+        "from vinlens.widgets import CoverageHeatmapWidget\n\n"
+        "coverage = CoverageHeatmapWidget(demo.store)\ncoverage",
+    ),
+    (
+        "md",
+        "## 6. What each camera looks at\n\n"
+        "Grad-CAM for one camera at a time, whether the cameras have their own layers "
+        "(here), share one layer called per camera, or share one stacked batch.",
+    ),
+    (
+        "code",
+        "from vinlens.widgets import AttributionViewerWidget\n\n"
+        "viewer = AttributionViewerWidget(model, images, target_class=EVIDENCE_CLASS,\n"
+        "                                 layer_path='encoders.{camera}.conv3', capture_mode='dedicated_layer')\n"
+        "viewer",
+    ),
+    (
+        "code",
+        "shared = DemoVinConfig(encoder={'capture_mode': 'stacked_camera_batch'}).setup_target().eval()\n"
+        "AttributionViewerWidget(shared, images, target_class=EVIDENCE_CLASS,\n"
+        "                        layer_path='encoder.conv3', capture_mode='stacked_camera_batch')",
+    ),
+]
+
+MODEL_INSPECTION: list[_Cell] = [
+    (
+        "md",
+        "# Model inspection without a notebook UI\n\n"
+        "The engines return frozen records you can use in scripts and tests.",
+    ),
+    ("code", _SETUP),
+    (
+        "code",
+        "from vinlens.model_inspection import inspect_config, inspect_model, capture_model, CaptureLimits\n\n"
+        "spec = inspect_config(config)\n"
+        "print(spec.config_type, '->', spec.target_type)\n"
+        "for field in spec.fields[:8]:\n"
+        "    print('.'.join(field.path), '|', field.declared_type, '|', field.value)",
+    ),
+    (
+        "code",
+        "meta = inspect_model(model)\n"
+        "print(meta.model_type, meta.total_parameters, meta.trainable_parameters)\n"
+        "[(m.path, m.module_type.rsplit('.', 1)[-1], m.direct_parameters) for m in meta.modules[:6]]",
+    ),
+    (
+        "code",
+        "with capture_model(model, module_paths=['head'], limits=CaptureLimits(max_samples_per_tensor=4)) as cap:\n"
+        "    model(images)\n"
+        "for s in cap.snapshots:\n"
+        "    print(s.module_path, s.call_index, s.direction, s.tensor_path, s.shape, s.values)",
+    ),
+    ("code", "from vinlens.export import to_dataframe\n\nto_dataframe(cap.snapshots).head()"),
+]
+
+STORE_DIAGNOSTICS: list[_Cell] = [
+    (
+        "md",
+        "# Store diagnostics from Python\n\nThe same statistics the dashboard shows, as records.",
+    ),
+    ("code", _SETUP),
+    (
+        "code",
+        "from vinlens.store.diagnostics import collect_vin_offline_dataset_stats, collect_vin_offline_dataset_coverage\n\n"
+        "stats = collect_vin_offline_dataset_stats(demo.store, max_samples=128)\n"
+        "stats.num_samples, stats.sampled_samples, stats.split_counts, stats.candidate_count",
+    ),
+    (
+        "code",
+        "coverage = collect_vin_offline_dataset_coverage(demo.store)\n"
+        "print(f'{coverage.coverage:.1%} of {coverage.dataset_snippets} raw snippets are in the store')\n"
+        "coverage.missing_examples[:5]",
+    ),
+    (
+        "code",
+        "from vinlens import plotting\n\n"
+        "plotting.plot_rri_histogram(stats)\nplotting.plot_scene_coverage(coverage)",
+    ),
+]
+
+ATTRIBUTION: list[_Cell] = [
+    ("md", "# Per-camera attribution from Python"),
+    ("code", _SETUP),
+    (
+        "code",
+        "from vinlens.attribution import explain_cameras, camera_targets_for_layer\n\n"
+        "targets = camera_targets_for_layer('encoders.{camera}.conv3', 'dedicated_layer', CAMERA_KEYS)\n"
+        "attributions = explain_cameras(model, images, EVIDENCE_CLASS, targets)\n"
+        "[(a.camera_key, a.method, a.raw_map.shape) for a in attributions]",
+    ),
+]
+
+NOTEBOOKS: dict[str, list[_Cell]] = {
+    TOUR_NOTEBOOK: TOUR,
+    "01_model_inspection.ipynb": MODEL_INSPECTION,
+    "02_store_diagnostics.ipynb": STORE_DIAGNOSTICS,
+    "03_attribution.ipynb": ATTRIBUTION,
+}
+
+
+def build_notebook(cells: list[_Cell]) -> nbformat.NotebookNode:
+    nb = new_notebook(
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        }
+    )
+    nb.cells = [
+        new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells
+    ]
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:02d}"  # stable ids so regenerated files do not churn
+    return nb
+
+
+def write_notebooks(directory: str | Path, *, overwrite: bool = True) -> list[Path]:
+    """Write every notebook into ``directory``; with ``overwrite=False`` keep existing files."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, cells in NOTEBOOKS.items():
+        path = out / name
+        if path.exists() and not overwrite:
+            continue
+        nbformat.write(build_notebook(cells), str(path))
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance entry point
+    for path in write_notebooks(sys.argv[1] if len(sys.argv) > 1 else "notebooks"):
+        print(path)
