@@ -1,0 +1,285 @@
+// A virtualized table: fixed row height, only the rows in view (plus a little overscan)
+// exist in the DOM, so 50,000 rows cost what 40 do. The table knows nothing about the
+// data: callers give a row count and fill cells through `renderCell`, and hear about
+// clicks, keys and header sorting through callbacks. Text only (see dom.ts).
+import { h } from "./dom";
+import "./virtual-table.css";
+
+export interface VTColumn {
+  key: string;
+  label: string;
+  /** Minimum width in px; the column also grows by `grow` shares of the spare width. */
+  minWidth: number;
+  grow?: number;
+  align?: "left" | "right";
+  sortable?: boolean;
+  title?: string;
+}
+
+export type SortDir = "asc" | "desc";
+
+export interface VTOptions {
+  columns: VTColumn[];
+  rowHeight?: number;
+  /** Viewport height in px (rows scroll inside it). */
+  height?: number;
+  overscan?: number;
+  label?: string;
+  /** Fill one cell of view row `row`; `cell` is reused between rows, so set everything. */
+  renderCell(row: number, key: string, cell: HTMLElement): void;
+  rowClass?(row: number): string;
+  rowSelected?(row: number): boolean;
+  onRowClick?(row: number, ev: MouseEvent): void;
+  /** Enter / Space on the cursor row. */
+  onActivate?(row: number, ev: KeyboardEvent): void;
+  /** The keyboard cursor moved (arrows, page, home/end); `ev.shiftKey` extends selections. */
+  onCursorMove?(row: number, previous: number, ev: KeyboardEvent): void;
+  /** Other keys on the focused table (e.g. ArrowLeft/Right to collapse); true if handled. */
+  onKey?(row: number, ev: KeyboardEvent): boolean;
+  onSort?(key: string): void;
+}
+
+let tableCounter = 0;
+
+export class VirtualTable {
+  readonly el: HTMLElement;
+  readonly viewport: HTMLElement;
+  readonly rowHeight: number;
+  private readonly spacer: HTMLElement;
+  private readonly header: HTMLElement;
+  private readonly headerCells = new Map<string, HTMLElement>();
+  private readonly pool: HTMLElement[] = [];
+  private readonly poolRow: number[] = [];
+  private readonly idPrefix: string;
+  private rows = 0;
+  private cursorRow = -1;
+  private first = 0;
+  private last = 0;
+  private height: number;
+  private readonly overscan: number;
+  private readonly onScroll = () => this.render(false);
+
+  constructor(private readonly opts: VTOptions) {
+    this.rowHeight = opts.rowHeight ?? 24;
+    this.height = opts.height ?? 360;
+    this.overscan = opts.overscan ?? 6;
+    this.idPrefix = `vl-vt-${++tableCounter}`;
+    const minWidth = opts.columns.reduce((s, c) => s + c.minWidth, 0);
+    const tracks = opts.columns.map((c) => `minmax(${c.minWidth}px, ${c.grow ?? 0}fr)`).join(" ");
+
+    this.header = h("div", { class: "vl-vt-header", role: "row" });
+    for (const col of opts.columns) {
+      const cls = `vl-vt-cell vl-vt-hcell${col.align === "right" ? " vl-vt-right" : ""}`;
+      const cell = h("div", { class: cls, role: "columnheader", "data-key": col.key, title: col.title ?? null });
+      if (col.sortable && opts.onSort) {
+        cell.append(h("button", {
+          class: "vl-vt-sort", type: "button",
+          onclick: () => opts.onSort?.(col.key),
+        }, col.label, h("span", { class: "vl-vt-sort-mark", "aria-hidden": "true" })));
+      } else {
+        cell.append(col.label);
+      }
+      this.headerCells.set(col.key, cell);
+      this.header.append(cell);
+    }
+    this.spacer = h("div", { class: "vl-vt-spacer", role: "rowgroup" });
+    this.viewport = h("div", {
+      class: "vl-vt-viewport", tabindex: 0, role: "grid",
+      "aria-label": opts.label ?? "table", "aria-multiselectable": "true",
+    }, this.header, this.spacer);
+    this.viewport.style.height = `${this.height}px`;
+    this.el = h("div", { class: "vl-vt" }, this.viewport);
+    this.el.style.setProperty("--vl-vt-cols", tracks);
+    this.el.style.setProperty("--vl-vt-min-width", `${minWidth}px`);
+    this.el.style.setProperty("--vl-vt-row-height", `${this.rowHeight}px`);
+
+    this.viewport.addEventListener("scroll", this.onScroll, { passive: true });
+    this.viewport.addEventListener("click", (ev) => this.handleClick(ev));
+    this.viewport.addEventListener("keydown", (ev) => this.handleKey(ev));
+  }
+
+  get rowCount(): number {
+    return this.rows;
+  }
+
+  get cursor(): number {
+    return this.cursorRow;
+  }
+
+  /** Change the number of rows (e.g. after filtering) and repaint. */
+  setRowCount(n: number): void {
+    this.rows = Math.max(0, n | 0);
+    this.spacer.style.height = `${this.rows * this.rowHeight}px`;
+    this.viewport.setAttribute("aria-rowcount", String(this.rows + 1));
+    if (this.cursorRow >= this.rows) this.cursorRow = this.rows - 1;
+    this.refresh();
+  }
+
+  setHeight(px: number): void {
+    this.height = px;
+    this.viewport.style.height = `${px}px`;
+    this.refresh();
+  }
+
+  /** Repaint every row in view (data or selection changed). */
+  refresh(): void {
+    this.render(true);
+  }
+
+  /** Show the sort direction on a header (null: unsorted). */
+  setSort(key: string | null, dir: SortDir = "asc"): void {
+    for (const [k, cell] of this.headerCells) {
+      const active = k === key;
+      cell.setAttribute("aria-sort", active ? (dir === "asc" ? "ascending" : "descending") : "none");
+      const mark = cell.querySelector(".vl-vt-sort-mark");
+      if (mark) mark.textContent = active ? (dir === "asc" ? " ▲" : " ▼") : "";
+    }
+  }
+
+  /** First and last (exclusive) view rows currently in the DOM. */
+  renderedRange(): [number, number] {
+    return [this.first, this.last];
+  }
+
+  setCursor(row: number, scroll = true): void {
+    if (this.rows === 0) {
+      this.cursorRow = -1;
+      return;
+    }
+    this.cursorRow = Math.min(Math.max(row, 0), this.rows - 1);
+    if (scroll) this.scrollToRow(this.cursorRow);
+    this.refresh();
+  }
+
+  /** Scroll the least needed so that `row` is fully visible. */
+  scrollToRow(row: number): void {
+    const vh = this.viewportHeight() - this.rowHeight; // the sticky header covers one row
+    const top = row * this.rowHeight;
+    const scrollTop = this.viewport.scrollTop;
+    if (top < scrollTop) this.viewport.scrollTop = top;
+    else if (top + this.rowHeight > scrollTop + vh) this.viewport.scrollTop = top + this.rowHeight - vh;
+    this.render(false);
+  }
+
+  destroy(): void {
+    this.viewport.removeEventListener("scroll", this.onScroll);
+    this.el.remove();
+  }
+
+  private viewportHeight(): number {
+    return this.viewport.clientHeight || this.height;
+  }
+
+  private render(force: boolean): void {
+    const rh = this.rowHeight;
+    const top = this.viewport.scrollTop;
+    const visible = Math.ceil(this.viewportHeight() / rh) + 1;
+    const first = Math.max(0, Math.floor(top / rh) - this.overscan);
+    const last = Math.min(this.rows, first + visible + 2 * this.overscan);
+    const needed = visible + 2 * this.overscan;
+    while (this.pool.length < needed) this.addPoolRow();
+    if (!force && first === this.first && last === this.last) return;
+    this.first = first;
+    this.last = last;
+    const size = this.pool.length;
+    const shown = new Set<number>();
+    for (let row = first; row < last; row++) {
+      const slot = row % size;
+      shown.add(slot);
+      if (force || this.poolRow[slot] !== row || this.pool[slot].hidden) this.paintRow(slot, row);
+    }
+    for (let slot = 0; slot < size; slot++) {
+      if (!shown.has(slot) && !this.pool[slot].hidden) {
+        this.pool[slot].hidden = true;
+        this.poolRow[slot] = -1;
+      }
+    }
+    const cursorEl = this.cursorRow >= first && this.cursorRow < last ? this.pool[this.cursorRow % size] : null;
+    if (cursorEl) this.viewport.setAttribute("aria-activedescendant", cursorEl.id);
+    else this.viewport.removeAttribute("aria-activedescendant");
+  }
+
+  private addPoolRow(): void {
+    const row = h("div", { class: "vl-vt-row", role: "row", id: `${this.idPrefix}-${this.pool.length}`, hidden: true });
+    for (const col of this.opts.columns) {
+      row.append(h("div", {
+        class: `vl-vt-cell${col.align === "right" ? " vl-vt-right" : ""}`,
+        role: "gridcell", "data-key": col.key,
+      }));
+    }
+    row.style.height = `${this.rowHeight}px`;
+    this.pool.push(row);
+    this.poolRow.push(-1);
+    this.spacer.append(row);
+  }
+
+  private paintRow(slot: number, row: number): void {
+    const el = this.pool[slot];
+    this.poolRow[slot] = row;
+    el.hidden = false;
+    el.style.transform = `translateY(${row * this.rowHeight}px)`;
+    el.dataset.row = String(row);
+    el.setAttribute("aria-rowindex", String(row + 2));
+    const selected = this.opts.rowSelected?.(row) ?? false;
+    el.setAttribute("aria-selected", selected ? "true" : "false");
+    let cls = "vl-vt-row";
+    if (selected) cls += " vl-selected";
+    if (row === this.cursorRow) cls += " vl-vt-cursor";
+    if (row % 2 === 1) cls += " vl-vt-odd";
+    const extra = this.opts.rowClass?.(row);
+    if (extra) cls += ` ${extra}`;
+    el.className = cls;
+    const cells = el.children;
+    for (let c = 0; c < this.opts.columns.length; c++) {
+      this.opts.renderCell(row, this.opts.columns[c].key, cells[c] as HTMLElement);
+    }
+  }
+
+  private rowOf(target: EventTarget | null): number {
+    const el = (target as Element | null)?.closest?.(".vl-vt-row") as HTMLElement | null;
+    if (!el || !this.spacer.contains(el)) return -1;
+    const row = Number(el.dataset.row);
+    return Number.isInteger(row) && row >= 0 && row < this.rows ? row : -1;
+  }
+
+  private handleClick(ev: MouseEvent): void {
+    const row = this.rowOf(ev.target);
+    if (row < 0) return;
+    this.cursorRow = row;
+    this.opts.onRowClick?.(row, ev);
+    this.refresh();
+  }
+
+  private handleKey(ev: KeyboardEvent): void {
+    if (ev.target !== this.viewport) return; // keys inside header buttons keep their meaning
+    const page = Math.max(1, Math.floor(this.viewportHeight() / this.rowHeight) - 2);
+    const current = this.cursorRow;
+    let next: number | null = null;
+    switch (ev.key) {
+      case "ArrowDown": next = current + 1; break;
+      case "ArrowUp": next = current < 0 ? 0 : current - 1; break;
+      case "PageDown": next = current + page; break;
+      case "PageUp": next = current - page; break;
+      case "Home": next = 0; break;
+      case "End": next = this.rows - 1; break;
+      case "Enter":
+      case " ":
+        if (current >= 0) {
+          ev.preventDefault();
+          this.opts.onActivate?.(current, ev);
+          this.refresh();
+        }
+        return;
+      default:
+        if (current >= 0 && this.opts.onKey?.(current, ev)) ev.preventDefault();
+        return;
+    }
+    if (this.rows === 0) return;
+    ev.preventDefault();
+    next = Math.min(Math.max(next, 0), this.rows - 1);
+    this.cursorRow = next;
+    this.scrollToRow(next);
+    this.opts.onCursorMove?.(next, current, ev);
+    this.refresh();
+  }
+}

@@ -1,0 +1,524 @@
+// Module table: the registered modules of a model (vinlens/widgets/module_table.py) in a
+// virtual table. The component is also embedded by the snapshot browser, so it binds to
+// whichever model carries the `modules`, `model_summary`, `selected_paths` and `tree_view`
+// traitlets.
+import type { AnyModel } from "@anywidget/types";
+import "../lib/theme.css";
+import "./module_table.css";
+import { h, replaceChildren } from "../lib/dom";
+import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
+import { CommandClient } from "../lib/protocol";
+import { statusView } from "../lib/status";
+import { VirtualTable, type SortDir, type VTColumn } from "../lib/virtual-table";
+
+export interface ModuleTableModel {
+  modules: any;
+  model_summary: {
+    model_type?: string; total_parameters?: number; trainable_parameters?: number;
+    total_buffers?: number; module_count?: number; types?: string[];
+  };
+  selected_paths: string[];
+  tree_view: boolean;
+  status: string;
+  error: string;
+  error_traceback: string;
+}
+
+type SortKey = "path" | "type" | "direct_parameters" | "trainable_parameters" | "direct_buffers" | "training";
+
+const COLUMNS: VTColumn[] = [
+  { key: "path", label: "Module", minWidth: 220, grow: 4, sortable: true },
+  { key: "type", label: "Type", minWidth: 140, grow: 2, sortable: true },
+  { key: "direct_parameters", label: "Params", minWidth: 90, align: "right", sortable: true, title: "Parameters registered directly on the module" },
+  { key: "trainable_parameters", label: "Trainable", minWidth: 90, align: "right", sortable: true, title: "Direct parameters with requires_grad" },
+  { key: "direct_buffers", label: "Buffers", minWidth: 80, align: "right", sortable: true, title: "Elements of buffers registered directly on the module" },
+  { key: "training", label: "Mode", minWidth: 60, sortable: true, title: "training flag" },
+];
+
+/** Decoded module rows plus the tree structure sent by the kernel. */
+export class ModuleRows {
+  readonly n: number;
+  readonly parent: TypedArray;
+  readonly depth: TypedArray;
+  readonly subtreeEnd: TypedArray;
+  readonly typeCode: TypedArray;
+  readonly params: TypedArray;
+  readonly trainable: TypedArray;
+  readonly buffers: TypedArray;
+  readonly training: TypedArray;
+  readonly types: string[];
+  private readonly table: Table;
+  private pathCache: string[] | null = null;
+  private lowerCache: string[] | null = null;
+  private indexCache: Map<string, number> | null = null;
+
+  constructor(payload: any, types: string[]) {
+    this.table = decodeTable(payload);
+    this.n = this.table.length;
+    const num = (name: string) => {
+      const c = this.table.column(name);
+      if (c.kind !== "numeric") throw new Error(`column ${name} is not numeric`);
+      return c.values;
+    };
+    this.parent = num("parent");
+    this.depth = num("depth");
+    this.subtreeEnd = num("subtree_end");
+    this.typeCode = num("type");
+    this.params = num("direct_parameters");
+    this.trainable = num("trainable_parameters");
+    this.buffers = num("direct_buffers");
+    this.training = num("training");
+    this.types = types;
+  }
+
+  /** One path, decoded on demand (painting needs only the rows in view). */
+  path(i: number): string {
+    if (this.pathCache) return this.pathCache[i];
+    const c = this.table.column("path");
+    return c.kind === "string" ? c.get(i) : "";
+  }
+
+  paths(): string[] {
+    if (!this.pathCache) {
+      const c = this.table.column("path");
+      const out = new Array<string>(this.n);
+      for (let i = 0; i < this.n; i++) out[i] = c.kind === "string" ? c.get(i) : "";
+      this.pathCache = out;
+    }
+    return this.pathCache;
+  }
+
+  lowerPaths(): string[] {
+    if (!this.lowerCache) this.lowerCache = this.paths().map((p) => p.toLowerCase());
+    return this.lowerCache;
+  }
+
+  indexOf(path: string): number {
+    if (!this.indexCache) this.indexCache = new Map(this.paths().map((p, i) => [p, i]));
+    return this.indexCache.get(path) ?? -1;
+  }
+
+  typeName(i: number): string {
+    return this.types[this.typeCode[i]] ?? "?";
+  }
+
+  hasChildren(i: number): boolean {
+    return this.subtreeEnd[i] > i + 1;
+  }
+}
+
+function shortType(qualified: string): string {
+  const dot = qualified.lastIndexOf(".");
+  return dot >= 0 ? qualified.slice(dot + 1) : qualified;
+}
+
+function lastSegment(path: string): string {
+  const dot = path.lastIndexOf(".");
+  return dot >= 0 ? path.slice(dot + 1) : path;
+}
+
+export interface ModuleTableOptions {
+  height?: number;
+  /** Title shown in the toolbar (the snapshot browser uses its own). */
+  title?: string | null;
+}
+
+export interface ModuleTableView {
+  el: HTMLElement;
+  table: VirtualTable;
+  /** View order (row indices) currently shown; for tests and the snapshot browser. */
+  view(): Int32Array;
+  dispose(): void;
+}
+
+/** Build the module table UI bound to `model`'s module-table traitlets. */
+export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: ModuleTableOptions = {}): ModuleTableView {
+  let rows: ModuleRows | null = null;
+  let view = new Int32Array(0);
+  let collapsed = new Uint8Array(0);
+  let selected = new Uint8Array(0);
+  let selectedCount = 0;
+  let anchor = -1; // row index where a shift-click range starts
+  let sort: { key: SortKey; dir: SortDir } | null = null;
+  let query = "";
+  let typeFilter = -1;
+  let treeMode = Boolean(model.get("tree_view"));
+  let children: { start: Int32Array; list: Int32Array } | null = null;
+  let filtering = false;
+
+  const search = h("input", {
+    class: "vl-input vl-mt-search", type: "search", placeholder: "Filter by path…",
+    "aria-label": "Filter modules by path",
+  });
+  const typeSelect = h("select", { class: "vl-input vl-mt-type-filter", "aria-label": "Filter modules by type" });
+  const treeToggle = h("button", { class: "vl-button vl-mt-tree-toggle", type: "button", "aria-pressed": "true" }, "Tree");
+  const expandAll = h("button", { class: "vl-button vl-mt-expand-all", type: "button" }, "Expand all");
+  const collapseAll = h("button", { class: "vl-button vl-mt-collapse-all", type: "button" }, "Collapse all");
+  const selectSubtree = h("button", {
+    class: "vl-button vl-mt-select-subtree", type: "button",
+    title: "Add the module under the cursor and everything below it to the selection",
+  }, "Select subtree");
+  const clearSel = h("button", { class: "vl-button vl-mt-clear", type: "button" }, "Clear selection");
+  const totals = h("div", { class: "vl-mt-totals", "aria-live": "polite" });
+  const title = opts.title === null ? null : h("span", { class: "vl-title" }, opts.title ?? "Modules");
+
+  const table = new VirtualTable({
+    columns: COLUMNS,
+    height: opts.height ?? 360,
+    label: "Model modules",
+    renderCell,
+    rowSelected: (r) => selected[view[r]] === 1,
+    rowClass: (r) => (filtering && treeMode && !matches(view[r]) ? "vl-mt-context" : ""),
+    onRowClick,
+    onActivate: (r, ev) => {
+      const i = view[r];
+      if (ev.key === " ") toggle(i);
+      else selectOnly(i);
+      anchor = i;
+      commitSelection();
+    },
+    onCursorMove: (r, prev, ev) => {
+      if (!ev.shiftKey) return;
+      if (anchor < 0 && prev >= 0) anchor = view[prev];
+      selectRange(anchor, view[r]);
+      commitSelection();
+    },
+    onKey: (r, ev) => {
+      if (!rows || !treeMode || filtering) return false;
+      const i = view[r];
+      if (ev.key === "ArrowRight" && rows.hasChildren(i) && collapsed[i]) { setCollapsed(i, false); return true; }
+      if (ev.key === "ArrowLeft") {
+        if (rows.hasChildren(i) && !collapsed[i]) { setCollapsed(i, true); return true; }
+        const p = rows.parent[i];
+        const pr = p >= 0 ? view.indexOf(p) : -1;
+        if (pr >= 0) { table.setCursor(pr); return true; }
+      }
+      return false;
+    },
+    onSort: (key) => {
+      const k = key as SortKey;
+      // Each header cycles: natural direction (text ascending, numbers descending), the
+      // other direction, unsorted.
+      const natural: SortDir = k === "path" || k === "type" ? "asc" : "desc";
+      if (!sort || sort.key !== k) sort = { key: k, dir: natural };
+      else if (sort.dir === natural) sort = { key: k, dir: natural === "asc" ? "desc" : "asc" };
+      else sort = null;
+      table.setSort(sort?.key ?? null, sort?.dir);
+      rebuild();
+    },
+  });
+
+  const toolbar = h("div", { class: "vl-toolbar vl-mt-toolbar" },
+    title, search, typeSelect, treeToggle, expandAll, collapseAll, selectSubtree, clearSel);
+  const el = h("div", { class: "vl-mt" }, toolbar, totals, table.el);
+
+  function matches(i: number): boolean {
+    if (!rows) return false;
+    if (typeFilter >= 0 && rows.typeCode[i] !== typeFilter) return false;
+    if (query && !rows.lowerPaths()[i].includes(query)) return false;
+    return true;
+  }
+
+  function renderCell(r: number, key: string, cell: HTMLElement): void {
+    if (!rows) return;
+    const i = view[r];
+    switch (key) {
+      case "path": {
+        const path = rows.path(i);
+        cell.title = path;
+        if (treeMode) {
+          const twisty = h("span", { class: "vl-mt-twisty", "aria-hidden": "true", "data-action": "toggle" },
+            rows.hasChildren(i) ? (collapsed[i] && !filtering ? "▸" : "▾") : "");
+          cell.style.paddingLeft = `${8 + rows.depth[i] * 14}px`;
+          replaceChildren(cell, twisty, h("span", { class: "vl-mt-name" }, lastSegment(path)));
+          const row = cell.parentElement;
+          if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", collapsed[i] && !filtering ? "false" : "true");
+          else row?.removeAttribute("aria-expanded");
+        } else {
+          cell.style.paddingLeft = "";
+          cell.parentElement?.removeAttribute("aria-expanded");
+          replaceChildren(cell, h("span", { class: "vl-mt-name" }, path));
+        }
+        break;
+      }
+      case "type": {
+        const t = rows.typeName(i);
+        cell.title = t;
+        cell.textContent = shortType(t);
+        break;
+      }
+      case "direct_parameters": cell.textContent = formatNumber(rows.params[i]); break;
+      case "trainable_parameters": cell.textContent = formatNumber(rows.trainable[i]); break;
+      case "direct_buffers": cell.textContent = formatNumber(rows.buffers[i]); break;
+      case "training": cell.textContent = rows.training[i] ? "train" : "eval"; break;
+    }
+  }
+
+  function onRowClick(r: number, ev: MouseEvent): void {
+    if (!rows) return;
+    const i = view[r];
+    const target = ev.target as Element | null;
+    if (target?.closest?.("[data-action=toggle]") && treeMode && !filtering && rows.hasChildren(i)) {
+      setCollapsed(i, !collapsed[i]);
+      return;
+    }
+    if (ev.shiftKey && anchor >= 0) selectRange(anchor, i);
+    else if (ev.ctrlKey || ev.metaKey) { toggle(i); anchor = i; }
+    else { selectOnly(i); anchor = i; }
+    commitSelection();
+  }
+
+  function toggle(i: number): void {
+    selected[i] ^= 1;
+    selectedCount += selected[i] ? 1 : -1;
+  }
+
+  function selectOnly(i: number): void {
+    selected.fill(0);
+    selected[i] = 1;
+    selectedCount = 1;
+  }
+
+  /** Replace the selection by the rows between a and b in the current view order. */
+  function selectRange(a: number, b: number): void {
+    let ra = view.indexOf(a);
+    let rb = view.indexOf(b);
+    if (ra < 0) ra = rb;
+    if (ra > rb) [ra, rb] = [rb, ra];
+    selected.fill(0);
+    selectedCount = 0;
+    for (let r = ra; r <= rb; r++) { selected[view[r]] = 1; selectedCount++; }
+  }
+
+  function commitSelection(): void {
+    if (!rows) return;
+    const out: string[] = [];
+    for (let i = 0; i < rows.n; i++) if (selected[i]) out.push(rows.path(i));
+    model.set("selected_paths", out);
+    model.save_changes();
+    updateTotals();
+    updateButtons();
+    table.refresh();
+  }
+
+  function syncSelectionFromModel(): void {
+    if (!rows) return;
+    const wanted = model.get("selected_paths") ?? [];
+    selected.fill(0);
+    selectedCount = 0;
+    for (const p of wanted) {
+      const i = typeof p === "string" ? rows.indexOf(p) : -1;
+      if (i >= 0 && !selected[i]) { selected[i] = 1; selectedCount++; }
+    }
+    updateTotals();
+    updateButtons();
+    table.refresh();
+  }
+
+  function setCollapsed(i: number, value: boolean): void {
+    collapsed[i] = value ? 1 : 0;
+    const cursorRow = table.cursor >= 0 ? view[table.cursor] : i;
+    rebuild();
+    const r = view.indexOf(cursorRow);
+    if (r >= 0) table.setCursor(r, false);
+  }
+
+  function buildChildren(): { start: Int32Array; list: Int32Array } {
+    if (children) return children;
+    const n = rows!.n;
+    const count = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) { const p = rows!.parent[i]; if (p >= 0) count[p + 1]++; }
+    for (let i = 0; i < n; i++) count[i + 1] += count[i];
+    const fill = count.slice(0, n);
+    const list = new Int32Array(n);
+    for (let i = 0; i < n; i++) { const p = rows!.parent[i]; if (p >= 0) list[fill[p]++] = i; }
+    children = { start: count, list };
+    return children;
+  }
+
+  function comparator(): ((a: number, b: number) => number) | null {
+    if (!sort || !rows) return null;
+    const R = rows;
+    const sign = sort.dir === "asc" ? 1 : -1;
+    let key: (i: number) => number | string;
+    switch (sort.key) {
+      case "path": { const p = R.paths(); key = (i) => p[i]; break; }
+      case "type": key = (i) => R.typeName(i); break;
+      case "direct_parameters": key = (i) => R.params[i]; break;
+      case "trainable_parameters": key = (i) => R.trainable[i]; break;
+      case "direct_buffers": key = (i) => R.buffers[i]; break;
+      case "training": key = (i) => R.training[i]; break;
+    }
+    return (a, b) => {
+      const ka = key(a);
+      const kb = key(b);
+      return (ka < kb ? -1 : ka > kb ? 1 : 0) * sign || a - b;
+    };
+  }
+
+  /** Recompute the view order from tree mode, collapse state, filters and sort. */
+  function rebuild(): void {
+    if (!rows) { view = new Int32Array(0); table.setRowCount(0); updateTotals(); return; }
+    const n = rows.n;
+    filtering = query !== "" || typeFilter >= 0;
+    const cmp = comparator();
+    let keep: Uint8Array | null = null;
+    if (filtering) {
+      keep = new Uint8Array(n);
+      for (let i = 0; i < n; i++) if (matches(i)) keep[i] = 1;
+      if (treeMode) {
+        // Ancestors follow their descendants in reverse pre-order: one backward pass
+        // keeps the path from the root to every match.
+        for (let i = n - 1; i >= 0; i--) if (keep[i] && rows.parent[i] >= 0) keep[rows.parent[i]] = 1;
+      }
+    }
+    const out = new Int32Array(n);
+    let m = 0;
+    if (!treeMode) {
+      for (let i = 0; i < n; i++) if (!keep || keep[i]) out[m++] = i;
+      if (cmp) out.subarray(0, m).sort(cmp);
+    } else if (!cmp) {
+      for (let i = 0; i < n;) {
+        if (keep && !keep[i]) { i++; continue; }
+        out[m++] = i;
+        i = !filtering && collapsed[i] ? rows.subtreeEnd[i] : i + 1;
+      }
+    } else {
+      const ch = buildChildren();
+      const roots: number[] = [];
+      for (let i = 0; i < n; i++) if (rows.parent[i] < 0) roots.push(i);
+      const stack: number[] = roots.sort(cmp).reverse();
+      while (stack.length) {
+        const i = stack.pop()!;
+        if (keep && !keep[i]) continue;
+        out[m++] = i;
+        if (!filtering && collapsed[i]) continue;
+        const kids = Array.from(ch.list.subarray(ch.start[i], ch.start[i + 1])).sort(cmp);
+        for (let k = kids.length - 1; k >= 0; k--) stack.push(kids[k]);
+      }
+    }
+    view = out.slice(0, m);
+    table.setRowCount(m);
+    updateTotals();
+    updateButtons();
+  }
+
+  function updateTotals(): void {
+    const s = model.get("model_summary") ?? {};
+    const n = rows?.n ?? 0;
+    const parts = [
+      h("span", { class: "vl-mt-model-type vl-mono", title: s.model_type ?? "" }, shortType(s.model_type ?? "")),
+      h("span", {}, h("b", {}, formatNumber(n)), " modules"),
+      h("span", {}, h("b", { class: "vl-mt-total-params" }, formatNumber(s.total_parameters ?? 0)), " parameters"),
+      h("span", {}, h("b", {}, formatNumber(s.trainable_parameters ?? 0)), " trainable"),
+      h("span", {}, h("b", {}, formatNumber(s.total_buffers ?? 0)), " buffer elements"),
+      h("span", { class: "vl-mt-selected-count" }, h("b", {}, formatNumber(selectedCount)), " selected"),
+      filtering ? h("span", { class: "vl-muted" }, `${formatNumber(view.length)} rows shown`) : null,
+    ];
+    replaceChildren(totals, ...parts);
+  }
+
+  function updateButtons(): void {
+    treeToggle.setAttribute("aria-pressed", treeMode ? "true" : "false");
+    treeToggle.textContent = treeMode ? "Tree" : "Flat";
+    treeToggle.title = treeMode ? "Showing the module tree; click for a flat list" : "Showing a flat list; click for the module tree";
+    expandAll.disabled = !treeMode;
+    collapseAll.disabled = !treeMode;
+    selectSubtree.disabled = table.cursor < 0;
+    clearSel.disabled = selectedCount === 0;
+  }
+
+  function loadTypes(): void {
+    const types = rows?.types ?? [];
+    const counts = new Map<number, number>();
+    if (rows) for (let i = 0; i < rows.n; i++) counts.set(rows.typeCode[i], (counts.get(rows.typeCode[i]) ?? 0) + 1);
+    replaceChildren(typeSelect, h("option", { value: "-1" }, "All types"),
+      ...types.map((t, code) => h("option", { value: String(code), title: t }, `${shortType(t)} (${counts.get(code) ?? 0})`)));
+    typeSelect.value = typeFilter >= 0 && typeFilter < types.length ? String(typeFilter) : "-1";
+    typeFilter = Number(typeSelect.value);
+  }
+
+  function load(): void {
+    const payload = model.get("modules");
+    const summary = model.get("model_summary") ?? {};
+    rows = payload && payload.$table ? new ModuleRows(payload, summary.types ?? []) : null;
+    const n = rows?.n ?? 0;
+    collapsed = new Uint8Array(n);
+    selected = new Uint8Array(n);
+    selectedCount = 0;
+    children = null;
+    anchor = -1;
+    loadTypes();
+    rebuild();
+    syncSelectionFromModel();
+  }
+
+  search.addEventListener("input", () => { query = search.value.trim().toLowerCase(); rebuild(); });
+  typeSelect.addEventListener("change", () => { typeFilter = Number(typeSelect.value); rebuild(); });
+  treeToggle.addEventListener("click", () => {
+    treeMode = !treeMode;
+    model.set("tree_view", treeMode);
+    model.save_changes();
+    rebuild();
+  });
+  expandAll.addEventListener("click", () => { collapsed.fill(0); rebuild(); });
+  collapseAll.addEventListener("click", () => {
+    if (!rows) return;
+    // Keep the root open so its direct children stay visible.
+    for (let i = 0; i < rows.n; i++) collapsed[i] = rows.hasChildren(i) && rows.parent[i] >= 0 ? 1 : 0;
+    rebuild();
+  });
+  selectSubtree.addEventListener("click", () => {
+    if (!rows || table.cursor < 0) return;
+    const i = view[table.cursor];
+    for (let j = i; j < rows.subtreeEnd[i]; j++) if (!selected[j]) { selected[j] = 1; selectedCount++; }
+    commitSelection();
+  });
+  clearSel.addEventListener("click", () => { selected.fill(0); selectedCount = 0; anchor = -1; commitSelection(); });
+
+  const onModules = () => load();
+  const onSelection = () => syncSelectionFromModel();
+  const onTree = () => { treeMode = Boolean(model.get("tree_view")); rebuild(); };
+  const onSummary = () => { if (rows) rows.types.splice(0, rows.types.length, ...(model.get("model_summary")?.types ?? [])); updateTotals(); };
+  model.on("change:modules", onModules);
+  model.on("change:model_summary", onSummary);
+  model.on("change:selected_paths", onSelection);
+  model.on("change:tree_view", onTree);
+  load();
+
+  return {
+    el,
+    table,
+    view: () => view,
+    dispose() {
+      model.off("change:modules", onModules);
+      model.off("change:model_summary", onSummary);
+      model.off("change:selected_paths", onSelection);
+      model.off("change:tree_view", onTree);
+      table.destroy();
+    },
+  };
+}
+
+function render({ model, el }: { model: AnyModel<ModuleTableModel>; el: HTMLElement }): () => void {
+  const status = statusView(model);
+  const client = new CommandClient(model);
+  const mt = createModuleTable(model, { height: 420 });
+  const refresh = h("button", { class: "vl-button vl-mt-refresh", type: "button", title: "Re-inspect the model (training flags, parameters)" }, "Refresh");
+  refresh.addEventListener("click", () => {
+    refresh.disabled = true;
+    client.request("refresh").catch((err) => status.showError(err.message, err.traceback))
+      .finally(() => { refresh.disabled = false; });
+  });
+  mt.el.querySelector(".vl-mt-toolbar")?.append(refresh);
+  const root = h("div", { class: "vl-root vl-module-table" }, mt.el, status.el);
+  el.append(root);
+  return () => {
+    mt.dispose();
+    client.dispose();
+    status.dispose();
+    root.remove();
+  };
+}
+
+export default { render };

@@ -1,0 +1,231 @@
+"""ModuleTableWidget: every registered module of a constructed model, in a virtualized table.
+
+The table crosses to the browser once, as a binary columnar payload (``encode_table``):
+one string column of paths and typed numeric columns, plus the tree structure (parent,
+depth, end of subtree) so the browser can collapse subtrees and select a subtree without
+parsing 50,000 paths. Module types repeat a lot, so they cross as small integer codes into
+a list of distinct type names.
+
+The selection is the synced ``selected_paths`` traitlet: Python can set it (unknown paths
+are an error naming them), the browser can change it (unknown or malformed entries sent
+by a browser are dropped and reported in the widget, never raised in the kernel).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import traitlets
+from torch import nn
+
+from vinlens.widgets._base import VinlensWidget, command, widget_asset
+from vinlens.widgets._payload import encode_table
+
+__all__ = ["ModuleTableState", "ModuleTableWidget", "module_table_payload"]
+
+ROOT_PATH = "<root>"
+
+
+def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(table payload, summary) for a ``ModelMetadata`` record.
+
+    Rows keep ``inspect_model`` order, which is ``named_modules`` pre-order, so a module's
+    subtree is the contiguous row range ``[i, subtree_end[i])``; the range is computed
+    here from the paths so the browser never has to trust the order.
+    """
+    modules = metadata.modules
+    n = len(modules)
+    paths = [m.path for m in modules]
+    index = {path: i for i, path in enumerate(paths)}
+    root = index.get(ROOT_PATH, -1)
+    parent = np.full(n, -1, dtype=np.int32)
+    depth = np.zeros(n, dtype=np.int32)
+    for i, path in enumerate(paths):
+        if path == ROOT_PATH:
+            continue
+        head, dot, _ = path.rpartition(".")
+        parent[i] = index.get(head, root) if dot else root
+        depth[i] = path.count(".") + (1 if root >= 0 else 0)
+    subtree_end = np.arange(1, n + 1, dtype=np.int32)
+    open_rows: list[int] = []  # ancestors of the current row, innermost last
+    for i in range(n):
+        while open_rows and open_rows[-1] != parent[i]:
+            subtree_end[open_rows.pop()] = i
+        open_rows.append(i)
+    for i in open_rows:
+        subtree_end[i] = n
+    types = sorted({m.module_type for m in modules})
+    type_code = {name: code for code, name in enumerate(types)}
+    table = encode_table(
+        {
+            "path": paths,
+            "type": np.fromiter((type_code[m.module_type] for m in modules), np.int32, n),
+            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.float64, n),
+            "trainable_parameters": np.fromiter(
+                (m.trainable_parameters for m in modules), np.float64, n
+            ),
+            "direct_buffers": np.fromiter((m.direct_buffers for m in modules), np.float64, n),
+            "training": np.fromiter((m.training for m in modules), np.bool_, n),
+            "parent": parent,
+            "depth": depth,
+            "subtree_end": subtree_end,
+        }
+    )
+    summary = {
+        "model_type": metadata.model_type,
+        "total_parameters": int(metadata.total_parameters),
+        "trainable_parameters": int(metadata.trainable_parameters),
+        "total_buffers": int(sum(m.direct_buffers for m in modules)),
+        "module_count": n,
+        "types": types,
+    }
+    return table, summary
+
+
+class BrowserSafeState(VinlensWidget):
+    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
+
+    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
+    would raise there. Here it becomes the widget's error message and the old value stays.
+    """
+
+    def set_state(self, sync_data: Any) -> None:
+        try:
+            super().set_state(sync_data)
+        except Exception as exc:
+            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
+            self._report_error("", f"ignored a browser update of {names}: {exc}")
+
+    def _from_browser(self, name: str) -> bool:
+        """True while ipywidgets applies a browser update of traitlet ``name``."""
+        return name in (getattr(self, "_property_lock", None) or {})
+
+
+class ModuleTableState(BrowserSafeState):
+    """Traitlets and selection rules of a module table; shared with the snapshot browser."""
+
+    modules = traitlets.Dict().tag(sync=True)
+    model_summary = traitlets.Dict().tag(sync=True)
+    selected_paths = traitlets.List(traitlets.Any()).tag(sync=True)
+    tree_view = traitlets.Bool(True).tag(sync=True)
+
+    def _set_metadata(self, metadata: Any) -> None:
+        self._metadata = metadata
+        self._path_index: dict[str, int] = {m.path: i for i, m in enumerate(metadata.modules)}
+        table, summary = module_table_payload(metadata)
+        with self.hold_sync():
+            self.modules = table
+            self.model_summary = summary
+            self.selected_paths = [p for p in self.selected_paths if p in self._path_index]
+
+    @traitlets.validate("selected_paths")
+    def _validate_selected_paths(self, proposal: Mapping[str, Any]) -> list[str]:
+        value = proposal["value"]
+        index: dict[str, int] = getattr(self, "_path_index", {})
+        chosen = [p for p in value if isinstance(p, str) and p in index]
+        rejected = [p for p in value if not (isinstance(p, str) and p in index)]
+        if rejected:
+            message = _unknown_paths_message(rejected, index)
+            if not self._from_browser("selected_paths"):
+                raise traitlets.TraitError(message)
+            self._report_error("", f"ignored a selection from the browser: {message}")
+        return sorted(set(chosen), key=index.__getitem__)
+
+    def subtree_paths(self, path: str) -> list[str]:
+        """``path`` and every module registered below it, in table order."""
+        if path not in self._path_index:
+            raise KeyError(_unknown_paths_message([path], self._path_index))
+        start = self._path_index[path]
+        if path == ROOT_PATH:
+            return list(self._path_index)
+        prefix = path + "."
+        return [path] + [p for p in list(self._path_index)[start + 1 :] if p.startswith(prefix)]
+
+    def select_subtree(self, path: str) -> None:
+        """Add ``path`` and all modules below it to :attr:`selected_paths`."""
+        self.selected_paths = [*self.selected_paths, *self.subtree_paths(path)]
+
+
+def _unknown_paths_message(rejected: Sequence[Any], index: Mapping[str, int]) -> str:
+    shown = ", ".join(repr(p) for p in rejected[:5]) + (" ..." if len(rejected) > 5 else "")
+    message = f"unknown module path(s) {shown}; expected registered paths of the model"
+    first = next((p for p in rejected if isinstance(p, str)), None)
+    if first is not None:
+        close = difflib.get_close_matches(first, list(index), n=3)
+        if close:
+            message += f" (did you mean {', '.join(repr(c) for c in close)}?)"
+    return message
+
+
+def _inspect(model: nn.Module) -> Any:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__qualname__}"
+        )
+    from vinlens.model_inspection import inspect_model
+
+    return inspect_model(model)
+
+
+class ModuleTableWidget(ModuleTableState):
+    """The registered modules of ``model``: tree or flat, sortable, filterable, selectable.
+
+    ``selected_paths`` is synced both ways; other widgets (the snapshot browser) can link
+    to it. ``refresh()`` re-inspects the model, e.g. after ``model.eval()``.
+    """
+
+    _esm = widget_asset("module_table.js")
+    _css = widget_asset("module_table.css")
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        selected_paths: Iterable[str] = (),
+        tree_view: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        metadata = _inspect(model)
+        super().__init__(tree_view=tree_view, **kwargs)
+        self.model = model
+        self._set_metadata(metadata)
+        self.selected_paths = list(selected_paths)
+
+    @property
+    def metadata(self) -> Any:
+        """The ``ModelMetadata`` record the table shows."""
+        return self._metadata
+
+    def refresh(self) -> None:
+        """Re-inspect the model (training flags, parameters) and update the table."""
+        self._set_metadata(_inspect(self.model))
+        self.error = ""
+        self.status = "idle"
+
+    @command("refresh")
+    def _refresh_command(self, args: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
+        self.refresh()
+        return {"module_count": len(self._metadata.modules)}
+
+    # -- export ----------------------------------------------------------------------------
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per module (``ModuleMetadata`` fields)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self._metadata.modules)
+
+    def to_dataframe(self) -> Any:
+        """The module table as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self._metadata.modules)
+
+    def export(self, path: str | Path) -> Path:
+        """Write the module table to CSV, JSON or Parquet, chosen by the suffix."""
+        from vinlens.export import export
+
+        return export(self._metadata.modules, path)
