@@ -1,0 +1,202 @@
+"""Rows, DataFrames and files (CSV, JSON, Parquet) from vinlens records.
+
+Every engine returns frozen dataclass records; this module turns any sequence of them (or
+of plain dicts) into rows, so the same code exports module tables, configuration fields,
+tensor snapshots and per-scene coverage tables. Containers that hold one table are
+unwrapped: a ``ModelCapture`` gives its snapshots, ``ModelMetadata`` its modules,
+``ModelStructureSpec`` its fields, and any object with a ``to_rows()`` method (the
+widgets) is asked for its rows.
+
+pandas and pyarrow are optional (the ``vinlens[export]`` extra); they are imported only
+when a DataFrame or a Parquet file is asked for, with an error that names the extra.
+CSV and JSON need nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path, PurePath
+from typing import Any
+
+__all__ = ["EXPORT_SUFFIXES", "export", "to_dataframe", "to_rows"]
+
+#: File suffixes :func:`export` understands, and the format each one writes.
+EXPORT_SUFFIXES = {".csv": "CSV", ".json": "JSON", ".parquet": "Parquet"}
+
+_CONTAINER_FIELDS = ("snapshots", "modules", "fields")
+
+
+def _records_of(obj: Any) -> Sequence[Any]:
+    """The sequence of records that ``obj`` stands for."""
+    to_rows_method = getattr(obj, "to_rows", None)
+    if callable(to_rows_method) and not isinstance(obj, type):
+        return list(to_rows_method())
+    if isinstance(obj, str | bytes | Mapping) or not isinstance(obj, Sequence):
+        for name in _CONTAINER_FIELDS:
+            inner = getattr(obj, name, None)
+            if isinstance(inner, Sequence) and not isinstance(inner, str | bytes):
+                return inner
+        raise TypeError(
+            f"cannot make rows from {type(obj).__module__}.{type(obj).__qualname__}; expected "
+            "a sequence of dataclass records or dicts, a ModelCapture, ModelMetadata, "
+            "ModelStructureSpec, or a vinlens widget"
+        )
+    return obj
+
+
+def to_rows(records: Any) -> list[dict[str, Any]]:
+    """One dict per record, keys in field order; values are kept as Python objects.
+
+    Dataclass records are converted shallowly (a ``shape`` tuple stays a tuple, an enum
+    stays an enum), so callers decide how to render them; :func:`export` does that per
+    format. Plain mappings are copied. Anything else in the sequence is an error naming
+    its position.
+    """
+    rows: list[dict[str, Any]] = []
+    for position, record in enumerate(_records_of(records)):
+        if dataclasses.is_dataclass(record) and not isinstance(record, type):
+            rows.append({f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+        elif isinstance(record, Mapping):
+            rows.append({str(key): value for key, value in record.items()})
+        else:
+            raise TypeError(
+                f"record {position} is a {type(record).__module__}.{type(record).__qualname__}; "
+                "expected a dataclass record or a dict"
+            )
+    return rows
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Union of keys, first-seen order (records of one type all share theirs)."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            seen.setdefault(key, None)
+    return list(seen)
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON data: enums by value, tuples as lists, non-finite floats as strings.
+
+    Strict JSON has no NaN or Infinity; they become the strings ``"NaN"``,
+    ``"Infinity"`` and ``"-Infinity"`` (what pandas and JavaScript's ``Number()`` read).
+    """
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, PurePath):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item):
+        try:
+            return _plain(item())
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
+def _csv_cell(value: Any) -> str:
+    """Scalars as text, structured values as compact JSON, None as an empty cell."""
+    value = _plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return str(value)
+
+
+def _require(module: str, purpose: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{purpose} needs {module}, which is not installed; install the optional "
+            "extra with `pip install 'vinlens[export]'`"
+        ) from exc
+
+
+def to_dataframe(records: Any) -> Any:
+    """A ``pandas.DataFrame`` with one row per record (needs the ``vinlens[export]`` extra).
+
+    Enums become their values; tuples (shapes, sampled values, config paths) stay tuples
+    in object columns so nothing is lost.
+    """
+    pandas = _require("pandas", "to_dataframe")
+    rows = to_rows(records)
+    columns = _columns(rows)
+    data = {name: [_dataframe_value(row.get(name)) for row in rows] for name in columns}
+    return pandas.DataFrame(data, columns=columns)
+
+
+def _dataframe_value(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _parquet_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    pa = _require("pyarrow", "Parquet export")
+    arrays = []
+    columns = _columns(rows)
+    for name in columns:
+        values = [_plain(row.get(name)) for row in rows]
+        try:
+            arrays.append(pa.array(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            # Mixed kinds in one column (a config's values: ints, strings, bools): keep
+            # every cell, as its CSV text, rather than refusing the export.
+            arrays.append(pa.array([None if v is None else _csv_cell(v) for v in values]))
+    return pa.Table.from_arrays(arrays, names=columns)
+
+
+def export(records: Any, path: str | PathLike[str]) -> Path:
+    """Write records to ``path`` as CSV, JSON or Parquet, chosen by the file suffix.
+
+    CSV cells hold scalars as text and structured values (shapes, sampled values,
+    paths) as compact JSON; JSON is a list of objects (strict: non-finite floats as
+    strings); Parquet keeps numeric columns typed (needs ``vinlens[export]``).
+    Returns the path written.
+    """
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        accepted = ", ".join(f"{s} ({f})" for s, f in EXPORT_SUFFIXES.items())
+        raise ValueError(
+            f"cannot export to {str(target)!r}: unknown suffix {suffix!r}; use {accepted}"
+        )
+    if not target.parent.is_dir():
+        raise FileNotFoundError(
+            f"cannot export to {str(target)!r}: directory {str(target.parent)!r} does not exist"
+        )
+    rows = to_rows(records)
+    if suffix == ".csv":
+        columns = _columns(rows)
+        with target.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow([_csv_cell(row.get(name)) for name in columns])
+    elif suffix == ".json":
+        text = json.dumps([_plain(row) for row in rows], indent=1, allow_nan=False)
+        target.write_text(text + "\n", encoding="utf-8")
+    else:
+        table = _parquet_table(rows)
+        _require("pyarrow.parquet", "Parquet export").write_table(table, str(target))
+    return target
