@@ -1,0 +1,80 @@
+"""Records are frozen dataclasses that standard serialization handles; limits validate."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from vinlens.model_inspection import (
+    CaptureLimits,
+    ModuleMetadata,
+    TensorSnapshot,
+    _new_module_metadata,
+    capture_model,
+    inspect_model,
+)
+
+FIELDS = [field.name for field in dataclasses.fields(CaptureLimits)]
+
+
+def test_capture_limits_defaults_match_the_reference() -> None:
+    limits = CaptureLimits()
+    assert dataclasses.astuple(limits) == (64, 32, 16 * 1024, 4096, 32)
+    assert FIELDS == [
+        "max_tensors",
+        "max_samples_per_tensor",
+        "max_bytes",
+        "max_traversal_nodes",
+        "max_container_depth",
+    ]
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("bad", [0, -1, -4096])
+def test_capture_limits_rejects_non_positive_naming_the_field(field: str, bad: int) -> None:
+    with pytest.raises(ValueError, match=rf"CaptureLimits\.{field} must be a positive int"):
+        CaptureLimits(**{field: bad})
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("bad", [True, False, 1.0, 2.5, "3", None])
+def test_capture_limits_rejects_non_int_and_bool_naming_the_field(field: str, bad: object) -> None:
+    with pytest.raises(TypeError, match=rf"CaptureLimits\.{field} must be a positive int"):
+        CaptureLimits(**{field: bad})
+
+
+def test_records_are_frozen() -> None:
+    limits = CaptureLimits()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        limits.max_tensors = 3  # type: ignore[misc]
+    metadata = inspect_model(nn.Linear(2, 2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        metadata.modules[0].training = False  # type: ignore[misc]
+
+
+def test_fast_module_metadata_equals_regular_construction() -> None:
+    args = ("layer", "torch.nn.modules.linear.Linear", 6, 4, 2, True)
+    fast = _new_module_metadata(*args)
+    regular = ModuleMetadata(*args)
+    assert fast == regular
+    assert hash(fast) == hash(regular)
+    assert repr(fast) == repr(regular)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(regular)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.path = "other"  # type: ignore[misc]
+
+
+def test_records_round_trip_through_asdict_and_json(small_cnn: nn.Module) -> None:
+    metadata = inspect_model(small_cnn)
+    with capture_model(small_cnn) as capture:
+        small_cnn(torch.randn(1, 3, 8, 8))
+    for record in (metadata, capture.limits, *capture.snapshots):
+        payload = json.loads(json.dumps(dataclasses.asdict(record)))
+        assert set(payload) == {field.name for field in dataclasses.fields(record)}
+    snapshot = capture.snapshots[0]
+    assert isinstance(snapshot, TensorSnapshot)
+    assert json.loads(json.dumps(dataclasses.asdict(snapshot)))["values"] == list(snapshot.values)
