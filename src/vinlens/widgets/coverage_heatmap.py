@@ -1,0 +1,502 @@
+"""CoverageHeatmapWidget: which raw ASE snippets one VIN offline store contains, per scene.
+
+The numbers come from :func:`vinlens.store.coverage.collect_vin_offline_dataset_coverage`;
+its ``progress_cb`` drives the widget's progress bar (one step per tar shard) and is also
+where a cancel from the browser lands, so a long scan stops between two tars.
+
+The engine's per-scene rows carry *counts*, and its example lists are capped. Clicking a
+scene needs the snippet ids themselves, so :meth:`CoverageHeatmapWidget.scene_snippets`
+answers from the engine's record when its examples already hold every missing and outside
+snippet of that scene, and otherwise lists the raw tar headers once more with the engine's
+own functions (:func:`~vinlens.store.coverage.find_raw_tar_shards`,
+:func:`~vinlens.store.tarscan.list_tar_member_names`,
+:func:`~vinlens.store.coverage.snippet_pairs_from_member_names`), caching the result for
+the lifetime of that coverage record. The store side is the sample index of the very
+generation the coverage was computed against; a store replaced since then is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import tempfile
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import traitlets
+
+from vinlens.store.access import open_store_access
+from vinlens.store.coverage import (
+    VinOfflineCoverageSceneDiagnostic,
+    VinOfflineCoverageStats,
+    collect_vin_offline_dataset_coverage,
+    find_raw_tar_shards,
+    snippet_pairs_from_member_names,
+)
+from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig, VinOfflineStoreError
+from vinlens.store.reader import (
+    StoreGeneration,
+    VinOfflineStoreReader,
+    as_store_config,
+    capture_store_generation,
+)
+from vinlens.store.tarscan import TarScanError, list_tar_member_names
+from vinlens.widgets._base import (
+    CommandCancelled,
+    CommandContext,
+    CommandError,
+    VinlensWidget,
+    command,
+    widget_asset,
+)
+from vinlens.widgets._payload import encode_float, encode_table
+
+__all__ = ["CoverageHeatmapWidget", "coverage_payload"]
+
+SnippetPair = tuple[str, str]
+
+
+def _ratio(value: float | None) -> Any:
+    return None if value is None else encode_float(float(value))
+
+
+def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
+    """Totals as JSON and the per-scene rows as one binary columnar table."""
+    rows = record.per_scene
+    scenes = encode_table(
+        {
+            "scene_id": [r.scene_id for r in rows],
+            "dataset_snippets": np.asarray([r.dataset_snippets for r in rows], dtype=np.int64),
+            "store_snippets": np.asarray([r.store_snippets for r in rows], dtype=np.int64),
+            "covered_snippets": np.asarray([r.covered_snippets for r in rows], dtype=np.int64),
+            "missing_in_store": np.asarray([r.missing_in_store for r in rows], dtype=np.int64),
+            "outside_dataset": np.asarray([r.outside_dataset for r in rows], dtype=np.int64),
+            # NaN stands for "undefined" (no raw snippet of the scene), never for 0.
+            "coverage": np.asarray(
+                [np.nan if r.coverage is None else r.coverage for r in rows], dtype=np.float64
+            ),
+        }
+    )
+    totals = {
+        "store_dir": record.store_dir,
+        "raw_dataset_dir": getattr(record, "raw_dataset_dir", ""),
+        "tar_shards_scanned": record.tar_shards_scanned,
+        "tar_shards_found": getattr(record, "tar_shards_found", record.tar_shards_scanned),
+        "members_scanned": getattr(record, "members_scanned", None),
+        "dataset_scenes": record.dataset_scenes,
+        "store_scenes": record.store_scenes,
+        "dataset_snippets": record.dataset_snippets,
+        "store_snippets": record.store_snippets,
+        "covered_snippets": record.covered_snippets,
+        "missing_in_store": record.missing_in_store,
+        "outside_dataset": record.outside_dataset,
+        "coverage": _ratio(record.coverage),
+        "unparseable_members": getattr(record, "unparseable_members", 0),
+        "unparseable_examples": list(getattr(record, "unparseable_examples", [])),
+    }
+    return {
+        "totals": totals,
+        "scenes": scenes,
+        "missing_examples": [list(p) for p in record.missing_examples],
+        "outside_examples": [list(p) for p in record.outside_examples],
+    }
+
+
+class CoverageHeatmapWidget(VinlensWidget):
+    """Per-scene raw-dataset coverage of a store as a heatmap, with per-scene snippet lists.
+
+    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path;
+    ``raw_dataset_dir`` overrides (or supplies) the config's raw dataset directory. The
+    tar scan starts immediately in the background; :meth:`wait` blocks until it is done.
+    The per-scene table exports like every vinlens table: :meth:`to_rows`,
+    :meth:`to_dataframe`, :meth:`export`.
+    """
+
+    _esm = widget_asset("coverage_heatmap.js")
+    _css = widget_asset("coverage_heatmap.css")
+
+    store_path = traitlets.Unicode("").tag(sync=True)
+    raw_dataset_dir = traitlets.Unicode("").tag(sync=True)
+    #: {"id", "state": running|done|failed|cancelled, "step", "done", "total", "message"}
+    acquisition = traitlets.Dict().tag(sync=True)
+    #: See :func:`coverage_payload`; empty until the first scan finishes.
+    coverage = traitlets.Dict().tag(sync=True)
+    #: The scene whose snippets the browser lists (set by a click or from Python).
+    selected_scene = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(
+        self,
+        store: VinOfflineStoreConfig | str | Path,
+        raw_dataset_dir: str | Path | None = None,
+        **kwargs: Any,
+    ) -> None:
+        config = as_store_config(store)
+        if raw_dataset_dir is not None:
+            config = VinOfflineStoreConfig(
+                store_dir=config.store_dir, raw_dataset_dir=Path(raw_dataset_dir)
+            )
+        if config.raw_dataset_dir is None:
+            raise ValueError(
+                f"{config.store_dir}: coverage needs the raw dataset directory; pass "
+                "raw_dataset_dir=... or set VinOfflineStoreConfig.raw_dataset_dir"
+            )
+        super().__init__(
+            store_path=str(config.store_dir),
+            raw_dataset_dir=str(config.raw_dataset_dir),
+            **kwargs,
+        )
+        self._config = config
+        self._record: VinOfflineCoverageStats | None = None
+        self._generation: StoreGeneration | None = None
+        self._store_by_scene: dict[str, set[str]] = {}
+        self._raw_by_scene: dict[str, set[str]] | None = None
+        self._job_lock = threading.Lock()
+        self._index_lock = threading.Lock()
+        self._job_done = threading.Event()
+        self._job_done.set()
+        self._job_error: BaseException | None = None
+        self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
+        self._start_background("construction")
+
+    # -- public Python API --------------------------------------------------------------
+    @property
+    def config(self) -> VinOfflineStoreConfig:
+        return self._config
+
+    @property
+    def record(self) -> VinOfflineCoverageStats | None:
+        """The coverage record shown now (None before the first scan finishes)."""
+        return self._record
+
+    def wait(self, timeout: float | None = None) -> VinOfflineCoverageStats:
+        """Block until the running scan ends; return the record or raise its error."""
+        if not self._job_done.wait(timeout):
+            raise TimeoutError(f"coverage of {self._config.store_dir} not ready after {timeout}s")
+        if self._job_error is not None:
+            raise self._job_error
+        if self._record is None:
+            raise RuntimeError(f"no coverage was computed for {self._config.store_dir}")
+        return self._record
+
+    def rescan(self) -> None:
+        """Scan the raw tars again in the background (e.g. after the store was rebuilt)."""
+        self._start_background("rescan()")
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """The per-scene table, one dict per scene (the engine's per-scene records)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self._require_record().per_scene)
+
+    def to_dataframe(self) -> Any:
+        """The per-scene table as a pandas DataFrame (``vinlens[export]`` extra)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self._require_record().per_scene)
+
+    def export(self, path: str | Path) -> Path:
+        """Write the per-scene table to ``path`` (.csv, .json or .parquet by suffix)."""
+        from vinlens.export import export
+
+        return export(self._require_record().per_scene, path)
+
+    def scene_snippets(self, scene_id: str) -> dict[str, Any]:
+        """Missing and outside snippet ids of one scene (see the module docstring)."""
+        return self._scene_snippets(scene_id, None)
+
+    # -- commands ----------------------------------------------------------------------
+    @command("rescan", background=True)
+    def _rescan_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        if not self._job_lock.acquire(blocking=False):
+            raise CommandError("a coverage scan is already running; wait for it or cancel it")
+        try:
+            self._job_done.clear()
+            record = self._scan(ctx, "refresh")
+            return {"scenes": len(record.per_scene)}
+        finally:
+            self._job_done.set()
+            self._job_lock.release()
+
+    @command("scene_snippets", background=True)
+    def _scene_snippets_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        scene_id = args.get("scene_id")
+        if not isinstance(scene_id, str) or not scene_id:
+            raise CommandError(
+                f"scene_snippets needs a non-empty string 'scene_id', got {scene_id!r}"
+            )
+        self.selected_scene = scene_id
+        return self._scene_snippets(scene_id, ctx)
+
+    @command("csv")
+    def _csv_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        """The per-scene table as CSV text, written by the same exporter as :meth:`export`."""
+        record = self._require_record()
+        with tempfile.TemporaryDirectory(prefix="vinlens-coverage-") as tmp:
+            path = self.export(Path(tmp) / "coverage.csv")
+            text = path.read_text(encoding="utf-8")
+        name = Path(record.store_dir).name or "store"
+        return {"filename": f"{name}-coverage.csv", "text": text}
+
+    # -- scanning ----------------------------------------------------------------------
+    def _require_record(self) -> VinOfflineCoverageStats:
+        if self._record is None:
+            raise CommandError(
+                f"no coverage for {self._config.store_dir} yet; wait() for the scan to finish"
+            )
+        return self._record
+
+    def _start_background(self, trigger: str) -> None:
+        if not self._job_lock.acquire(blocking=False):
+            raise RuntimeError("a coverage scan is already running; wait() for it first")
+        self._job_done.clear()
+        ctx = CommandContext(self, f"scan-{uuid.uuid4().hex}")
+        self._running[ctx.request_id] = ctx
+
+        def job() -> None:
+            try:
+                self._scan(ctx, trigger)
+            except CommandCancelled:
+                pass
+            except CommandError as exc:
+                self._report_error(ctx.request_id, str(exc))
+            except BaseException as exc:  # reported in the widget, never raised in a thread
+                self._report_error(
+                    ctx.request_id, f"coverage failed: {type(exc).__name__}: {exc}", exc
+                )
+            finally:
+                self._running.pop(ctx.request_id, None)
+                self._job_done.set()
+                self._job_lock.release()
+
+        self._background_executor().submit(job)
+
+    def _progress(self, ctx: CommandContext, trigger: str, step: str) -> Callable[[int, int], None]:
+        def report(done: int, total: int) -> None:
+            self.acquisition = {
+                "id": ctx.request_id,
+                "state": "running",
+                "step": step,
+                "done": int(done),
+                "total": int(total),
+                "trigger": trigger,
+                "message": "",
+            }
+            ctx.progress(done, total)  # raises CommandCancelled between two tars
+
+        return report
+
+    def _finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
+        previous = self.acquisition
+        self.acquisition = {
+            "id": ctx.request_id,
+            "state": state,
+            "step": "",
+            "done": previous.get("done", 0),
+            "total": previous.get("total", 0),
+            "trigger": trigger,
+            "message": message,
+        }
+
+    def _scan(self, ctx: CommandContext, trigger: str) -> VinOfflineCoverageStats:
+        self._job_error = None
+        self.status = "busy"
+        self.error = ""
+        self.error_traceback = ""
+        try:
+            progress = self._progress(ctx, trigger, "scanning raw tar headers")
+            progress(0, 0)
+            generation = capture_store_generation(self._config)
+            record = collect_vin_offline_dataset_coverage(self._config, progress_cb=progress)
+            # The store side of the per-scene lists: the sample index of the generation
+            # the coverage was computed against (the engine checked it did not change).
+            with VinOfflineStoreReader(self._config) as reader:
+                if reader.generation != generation:
+                    raise StoreReplacedError(
+                        "the store was replaced while its coverage was computed",
+                        path=str(reader.store_dir),
+                    )
+                store_by_scene: dict[str, set[str]] = defaultdict(set)
+                for row in reader.samples:
+                    store_by_scene[row.scene_id].add(row.snippet_id)
+            ctx.check_cancelled()
+            with self._index_lock:
+                self._record = record
+                self._generation = generation
+                self._store_by_scene = dict(store_by_scene)
+                self._raw_by_scene = None
+            self.coverage = coverage_payload(record)
+            self._finish(ctx, trigger, "done")
+            self.status = "idle"
+            return record
+        except CommandCancelled:
+            self._finish(ctx, trigger, "cancelled", "cancelled by the user")
+            self.status = "idle"
+            raise
+        except BaseException as exc:
+            self._job_error = exc
+            self._finish(ctx, trigger, "failed", str(exc))
+            if isinstance(exc, VinOfflineStoreError | OSError | ValueError) and not isinstance(
+                exc, CommandError
+            ):
+                raise CommandError(str(exc)) from exc
+            raise
+
+    # -- per-scene snippet lists -------------------------------------------------------
+    def _scene_row(self, scene_id: str) -> VinOfflineCoverageSceneDiagnostic:
+        record = self._require_record()
+        for row in record.per_scene:
+            if row.scene_id == scene_id:
+                return row
+        raise CommandError(f"scene {scene_id!r} is in neither the store nor the raw dataset")
+
+    def _scene_snippets(self, scene_id: str, ctx: CommandContext | None) -> dict[str, Any]:
+        record = self._require_record()
+        row = self._scene_row(scene_id)
+        missing = sorted(s for sc, s in record.missing_examples if sc == scene_id)
+        outside = sorted(s for sc, s in record.outside_examples if sc == scene_id)
+        source = "record"
+        if len(missing) != row.missing_in_store or len(outside) != row.outside_dataset:
+            raw = self._raw_index(ctx)
+            self._check_generation()
+            raw_snippets = raw.get(scene_id, set())
+            store_snippets = self._store_by_scene.get(scene_id, set())
+            missing = sorted(raw_snippets - store_snippets)
+            outside = sorted(store_snippets - raw_snippets)
+            source = "header listing"
+        if len(missing) != row.missing_in_store or len(outside) != row.outside_dataset:
+            raise CommandError(
+                f"the raw dataset under {self._config.raw_dataset_dir} changed since the "
+                f"coverage scan (scene {scene_id!r}: {len(missing)} missing / {len(outside)} "
+                f"outside now, {row.missing_in_store} / {row.outside_dataset} then); Rescan"
+            )
+        return {
+            "scene_id": scene_id,
+            "dataset_snippets": row.dataset_snippets,
+            "store_snippets": row.store_snippets,
+            "covered_snippets": row.covered_snippets,
+            "coverage": _ratio(row.coverage),
+            "missing_in_store": missing,
+            "outside_dataset": outside,
+            "source": source,
+        }
+
+    def _check_generation(self) -> None:
+        if self._generation is None:
+            return
+        try:
+            now = capture_store_generation(self._config)
+        except FileNotFoundError as exc:
+            raise CommandError(f"the store at {self._config.store_dir} is gone: {exc}") from exc
+        if now != self._generation:
+            raise CommandError(
+                f"the store at {self._config.store_dir} was replaced since its coverage was "
+                "computed; Rescan to compare the new store"
+            )
+
+    def _raw_index(self, ctx: CommandContext | None) -> dict[str, set[str]]:
+        """Raw snippet ids per scene, from one more pass over the tar headers (cached)."""
+        with self._index_lock:
+            if self._raw_by_scene is not None:
+                return self._raw_by_scene
+            record = self._record
+        raw_dir = self._config.raw_dataset_dir
+        assert raw_dir is not None and record is not None
+        access = open_store_access(raw_dir)
+        by_scene: dict[str, set[str]] = defaultdict(set)
+        try:
+            tars = find_raw_tar_shards(raw_dir)[: record.tar_shards_scanned]
+            for done, rel in enumerate(tars):
+                if ctx is not None:
+                    ctx.progress(done, len(tars))
+                with access.open_binary(rel) as handle:
+                    names = list_tar_member_names(
+                        handle, name=access.describe(rel), regular_only=True
+                    )
+                pairs, _bad = snippet_pairs_from_member_names(names)
+                for scene, snippet in pairs:
+                    by_scene[scene].add(snippet)
+        except TarScanError as exc:
+            raise CommandError(str(exc)) from exc
+        finally:
+            access.close()
+        index = dict(by_scene)
+        with self._index_lock:
+            if self._record is record:
+                self._raw_by_scene = index
+        return index
+
+    # -- static fallback ---------------------------------------------------------------
+    def to_png(self) -> bytes:
+        """A matplotlib PNG of the per-scene coverage (needs a finished scan)."""
+        from vinlens.plotting import plot_vin_offline_dataset_coverage
+
+        record = self._require_record()
+        figure = plot_vin_offline_dataset_coverage(record)
+        buffer = io.BytesIO()
+        try:
+            figure.savefig(buffer, format="png", dpi=90)
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+        return buffer.getvalue()
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        record = self._record
+        if record is None:
+            state = self.acquisition.get("state", "")
+            text = (
+                f"coverage failed: {esc(str(self.acquisition.get('message') or self.error))}"
+                if state == "failed"
+                else "the raw tar headers are being scanned; call <code>wait()</code> on the "
+                "widget and display it again for a static summary"
+            )
+            return f"<div><strong>Raw-dataset coverage</strong> <code>{esc(self.store_path)}</code>: {text}</div>"
+        pct = "n/a" if record.coverage is None else f"{100 * record.coverage:.1f}%"
+        rows = [
+            ("Store", record.store_dir),
+            ("Raw dataset", self.raw_dataset_dir),
+            ("Tar shards scanned", f"{record.tar_shards_scanned:,}"),
+            ("Scenes (raw / store)", f"{record.dataset_scenes:,} / {record.store_scenes:,}"),
+            ("Snippets (raw / store)", f"{record.dataset_snippets:,} / {record.store_snippets:,}"),
+            ("Covered", f"{record.covered_snippets:,} ({pct})"),
+            ("Missing from store", f"{record.missing_in_store:,}"),
+            ("Outside raw dataset", f"{record.outside_dataset:,}"),
+        ]
+        parts = ["<div class='vinlens-static-coverage'>", "<h4>Raw-dataset coverage</h4><table>"]
+        parts += [f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows]
+        parts.append("</table>")
+        worst = sorted(
+            (r for r in record.per_scene if r.missing_in_store or r.outside_dataset),
+            key=lambda r: (r.coverage if r.coverage is not None else -1.0, r.scene_id),
+        )[:20]
+        if worst:
+            parts.append(
+                "<h5>Scenes with gaps (lowest coverage first)</h5><table><tr><th>scene</th>"
+                "<th>raw</th><th>store</th><th>covered</th><th>missing</th><th>outside</th>"
+                "<th>coverage</th></tr>"
+            )
+            for r in worst:
+                cov = "n/a" if r.coverage is None else f"{100 * r.coverage:.1f}%"
+                cells = (
+                    r.scene_id, r.dataset_snippets, r.store_snippets, r.covered_snippets,
+                    r.missing_in_store, r.outside_dataset, cov,
+                )  # fmt: skip
+                parts.append("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
+            parts.append("</table>")
+        try:
+            png = self.to_png()
+        except Exception as exc:  # the numbers above are still worth showing
+            parts.append(f"<p>(plot unavailable: {esc(type(exc).__name__)}: {esc(str(exc))})</p>")
+        else:
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f"<img alt='coverage per scene' src='data:image/png;base64,{data}'/>")
+        parts.append("</div>")
+        return "\n".join(parts)
