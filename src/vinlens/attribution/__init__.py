@@ -7,6 +7,12 @@ and :mod:`vinlens.attribution.capture` the hook helpers they share.
 
 from __future__ import annotations
 
+from vinlens.attribution.explain import (
+    ATTRIBUTION_METHODS,
+    CameraAttribution,
+    explain_cameras,
+    normalize_map,
+)
 from vinlens.attribution.methods import ablation_cam, grad_cam, grad_cam_plus_plus
 from vinlens.attribution.targets import (
     CameraExplanationTarget,
@@ -16,11 +22,15 @@ from vinlens.attribution.targets import (
 )
 
 __all__ = [
+    "ATTRIBUTION_METHODS",
+    "CameraAttribution",
     "CameraExplanationTarget",
     "LayerTarget",
     "VisionCaptureMode",
     "ablation_cam",
     "camera_targets_for_layer",
+    "explain_cameras",
     "grad_cam",
     "grad_cam_plus_plus",
+    "normalize_map",
 ]

@@ -50,6 +50,7 @@ __all__ = [
     "ReplicatedScore",
     "Score",
     "ablation_cam",
+    "ablation_cam_with_scores",
     "explanation_mode",
     "grad_cam",
     "grad_cam_plus_plus",
@@ -351,6 +352,27 @@ def ablation_cam(
     run in one forward over a repeated batch; without it each channel needs its own
     forward through ``score``.
     """
+    cam, _ = ablation_cam_with_scores(
+        model,
+        target,
+        score,
+        replicated_score=replicated_score,
+        channel_batch_size=channel_batch_size,
+        ablation_value=ablation_value,
+    )
+    return cam
+
+
+def ablation_cam_with_scores(
+    model: nn.Module,
+    target: CameraExplanationTarget,
+    score: Score,
+    *,
+    replicated_score: ReplicatedScore | None = None,
+    channel_batch_size: int = 32,
+    ablation_value: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ablation_cam` plus the unablated per-sample scores ``[B]`` it measured."""
     if channel_batch_size < 1:
         raise ValueError(f"channel_batch_size must be >= 1, got {channel_batch_size}.")
     module = resolve_target_module(model, target.target)
@@ -401,4 +423,4 @@ def ablation_cam(
         )
         weights = (base_scores - ablated_scores) / denominator  # [C, B]
         cam = torch.einsum("cb,bchw->bhw", weights.to(activation.dtype), activation)
-        return torch.relu(cam)
+        return torch.relu(cam), base_scores

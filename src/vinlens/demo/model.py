@@ -166,6 +166,9 @@ class MultiCameraDemoModel(nn.Module):
             # Evidence logit: mostly each camera's blob channel, a little of the rest.
             self.head.weight[EVIDENCE_CLASS] *= 0.2
             self.head.weight[EVIDENCE_CLASS, 0::width] = _EVIDENCE_HEAD_WEIGHT
+        # The weights are final (designed, not trained), so start in eval mode: batch
+        # norm must use its running statistics for the blob channel to pass through.
+        self.eval()
 
     def layer_path(self, camera_key: str, layer: str = "conv3") -> str:
         """Module path of ``layer`` in the encoder that sees ``camera_key``."""

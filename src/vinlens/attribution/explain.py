@@ -1,0 +1,327 @@
+"""Explain every camera of a multi-camera model in one call, as frozen records for a viewer.
+
+:func:`explain_cameras` takes what a notebook user has at hand (the model, the
+camera images, a class index or a score function, the per-camera targets) and
+returns one :class:`CameraAttribution` per camera and sample. Raw map values are
+kept as computed; display normalisation is a separate, explicit step
+(:func:`normalize_map`, :meth:`CameraAttribution.normalized`) so a viewer can show
+raw values, per-camera normalised maps, or maps on one shared scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vinlens.attribution.methods import (
+    ablation_cam_with_scores,
+    grad_cam_from_tensors,
+    grad_cam_plus_plus_from_tensors,
+    gradient_captures,
+)
+from vinlens.attribution.targets import CameraExplanationTarget
+
+__all__ = [
+    "ATTRIBUTION_METHODS",
+    "CameraAttribution",
+    "ImageLike",
+    "explain_cameras",
+    "normalize_map",
+]
+
+ATTRIBUTION_METHODS: tuple[str, ...] = ("grad_cam", "grad_cam_plus_plus", "ablation_cam")
+"""Method names :func:`explain_cameras` accepts, in the order a viewer lists them."""
+
+ImageLike = torch.Tensor | np.ndarray
+OutputScore = Callable[[Any], torch.Tensor]
+
+
+@dataclass(frozen=True, eq=False)
+class CameraAttribution:
+    """One camera's attribution map for one sample.
+
+    Attributes:
+        camera_key: The camera this map explains.
+        method: One of :data:`ATTRIBUTION_METHODS`.
+        target: Where the map was read (layer, capture mode, camera routing).
+        sample_index: Index of the sample in the batch of images given.
+        score: The explained score of this sample before any perturbation (for a
+            score callable that returns one scalar for the whole batch, that scalar).
+        raw_map: float32 ``[h, w]`` at the target layer's resolution, ReLU applied,
+            unscaled. Read-only.
+        upsampled_map: float32 ``[H, W]``: ``raw_map`` bilinearly resized to the camera
+            image (``align_corners=False``). Read-only. Bilinear interpolation stays
+            within the raw range, so ``raw_min``/``raw_max`` bound it too.
+        raw_min: Minimum of ``raw_map``.
+        raw_max: Maximum of ``raw_map``.
+    """
+
+    camera_key: str
+    method: str
+    target: CameraExplanationTarget
+    sample_index: int
+    score: float
+    raw_map: np.ndarray
+    upsampled_map: np.ndarray
+    raw_min: float
+    raw_max: float
+
+    @property
+    def layer_shape(self) -> tuple[int, int]:
+        """``(h, w)`` of the target layer's map."""
+        return (int(self.raw_map.shape[0]), int(self.raw_map.shape[1]))
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        """``(H, W)`` of the camera image."""
+        return (int(self.upsampled_map.shape[0]), int(self.upsampled_map.shape[1]))
+
+    def normalized(
+        self,
+        *,
+        upsampled: bool = True,
+        vmin: float | None = None,
+        vmax: float | None = None,
+    ) -> np.ndarray:
+        """Display map in ``[0, 1]``: this camera's own range unless ``vmin``/``vmax`` given."""
+        values = self.upsampled_map if upsampled else self.raw_map
+        return normalize_map(
+            values,
+            vmin=self.raw_min if vmin is None else vmin,
+            vmax=self.raw_max if vmax is None else vmax,
+        )
+
+
+def normalize_map(
+    values: np.ndarray, *, vmin: float | None = None, vmax: float | None = None
+) -> np.ndarray:
+    """Scale ``values`` linearly to float32 ``[0, 1]`` for display, clipping outside the range.
+
+    ``vmin``/``vmax`` default to the array's own range; pass the min of all
+    cameras' ``raw_min`` and max of their ``raw_max`` to put several cameras on one
+    scale. A flat map (``vmax <= vmin``) becomes all zeros, not NaN, because a
+    camera the score ignores is a normal outcome.
+    """
+    array = np.asarray(values, dtype=np.float32)
+    low = float(array.min()) if vmin is None else float(vmin)
+    high = float(array.max()) if vmax is None else float(vmax)
+    if not np.isfinite(low) or not np.isfinite(high):
+        raise ValueError(f"normalize_map needs finite bounds, got vmin={low}, vmax={high}.")
+    if high <= low:
+        return np.zeros_like(array)
+    scaled: np.ndarray = np.clip((array - low) / (high - low), 0.0, 1.0).astype(np.float32)
+    return scaled
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def _batched_images(
+    images: Mapping[str, ImageLike], device: torch.device
+) -> dict[str, torch.Tensor]:
+    if not isinstance(images, Mapping) or not images:
+        raise ValueError("images must be a non-empty mapping camera key -> image tensor/array.")
+    batched: dict[str, torch.Tensor] = {}
+    batch_size: int | None = None
+    for key, image in images.items():
+        if not isinstance(image, torch.Tensor | np.ndarray):
+            raise TypeError(
+                f"Camera {key!r} image must be a torch.Tensor or numpy array, "
+                f"got {type(image).__name__}."
+            )
+        tensor = torch.as_tensor(image)
+        if tensor.ndim == 3:
+            tensor = tensor.unsqueeze(0)
+        if tensor.ndim != 4:
+            raise ValueError(
+                f"Camera {key!r} image has shape {tuple(tensor.shape)}; expected [C, H, W] "
+                "or [B, C, H, W]."
+            )
+        if batch_size is not None and tensor.shape[0] != batch_size:
+            raise ValueError(
+                f"Camera {key!r} has batch size {tensor.shape[0]}, other cameras {batch_size}."
+            )
+        batch_size = tensor.shape[0]
+        batched[key] = tensor.to(device)
+    return batched
+
+
+def _output_score(score: int | OutputScore) -> OutputScore:
+    if isinstance(score, bool):
+        raise TypeError("score must be a class index (int) or a callable, got a bool.")
+    if isinstance(score, int):
+        class_index = score
+
+        def class_logit(output: Any) -> torch.Tensor:
+            if not isinstance(output, torch.Tensor) or output.ndim != 2:
+                shape = tuple(output.shape) if isinstance(output, torch.Tensor) else None
+                raise ValueError(
+                    f"score={class_index} selects a class column, which needs a model output "
+                    f"of shape [B, classes]; got {type(output).__name__} with shape {shape}. "
+                    "Pass a score callable instead."
+                )
+            if not -output.shape[1] <= class_index < output.shape[1]:
+                raise ValueError(
+                    f"score={class_index} is not a class index of an output with "
+                    f"{output.shape[1]} classes."
+                )
+            return output[:, class_index]
+
+        return class_logit
+    if not callable(score):
+        raise TypeError(f"score must be a class index or a callable, got {score!r}.")
+    return score
+
+
+def explain_cameras(
+    model: nn.Module,
+    images: Mapping[str, ImageLike],
+    score: int | OutputScore,
+    targets: Sequence[CameraExplanationTarget],
+    *,
+    method: str = "grad_cam",
+    forward: Callable[[dict[str, torch.Tensor]], Any] | None = None,
+    channel_batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[CameraAttribution, ...]:
+    """Attribution maps for each target camera, one record per camera and sample.
+
+    Args:
+        model: The model; it runs in eval mode during the call and comes back with
+            its training flags, ``requires_grad`` flags and ``.grad`` fields unchanged.
+        images: Camera key -> image, ``[C, H, W]`` or ``[B, C, H, W]`` tensor or numpy
+            array (all cameras the model needs, not only the explained ones). Values are
+            passed to the model as they are (no scaling); they are moved to the model's
+            device.
+        score: A class index (the model output must be ``[B, classes]``; the score is
+            that column) or a callable taking the model output and returning one score
+            per sample ``[B]`` (or a scalar).
+        targets: One :class:`CameraExplanationTarget` per camera to explain, e.g. from
+            :func:`~vinlens.attribution.targets.camera_targets_for_layer`.
+        method: One of :data:`ATTRIBUTION_METHODS`.
+        forward: How to run the model on the image mapping; defaults to
+            ``model(images)``.
+        channel_batch_size: Ablation-CAM channels evaluated per forward.
+        progress: Called as ``progress(done, total)`` after each unit of work, for a
+            viewer's progress bar.
+
+    Returns:
+        Records ordered by sample, then by ``targets`` order.
+
+    Raises:
+        ValueError: Unknown method, a target camera missing from ``images``, images of
+            the wrong rank, or errors from the methods (bad layer path, bad score).
+        RuntimeError: When a target layer never sees its camera or the score does not
+            depend on it (see :mod:`vinlens.attribution.methods`).
+    """
+    if isinstance(score, Sequence) or not isinstance(targets, Sequence):
+        raise TypeError(
+            "explain_cameras(model, images, score, targets): score must be a class index or "
+            "a callable and targets a sequence of CameraExplanationTarget; got score of type "
+            f"{type(score).__name__} and targets of type {type(targets).__name__} "
+            "(swapped arguments?)."
+        )
+    if method not in ATTRIBUTION_METHODS:
+        raise ValueError(
+            f"Unknown attribution method {method!r}; expected one of {ATTRIBUTION_METHODS}."
+        )
+    targets = tuple(targets)
+    if not targets:
+        raise ValueError("targets is empty; pass at least one CameraExplanationTarget.")
+    for target in targets:
+        if not isinstance(target, CameraExplanationTarget):
+            raise TypeError(
+                f"targets must hold CameraExplanationTarget records, got {type(target).__name__}."
+            )
+        if target.camera_key not in images:
+            raise ValueError(
+                f"Target camera {target.camera_key!r} has no image; images has {sorted(images)}."
+            )
+    batched = _batched_images(images, _model_device(model))
+    output_score = _output_score(score)
+    run_forward = forward if forward is not None else model
+
+    def score_once() -> torch.Tensor:
+        return output_score(run_forward(batched))
+
+    maps: list[torch.Tensor]
+    if method == "ablation_cam":
+
+        def replicated_score(repeats: int) -> torch.Tensor:
+            tiled = {key: image.repeat(repeats, 1, 1, 1) for key, image in batched.items()}
+            return output_score(run_forward(tiled))
+
+        maps = []
+        for done, target in enumerate(targets, start=1):
+            cam, scores = ablation_cam_with_scores(
+                model,
+                target,
+                score_once,
+                replicated_score=replicated_score,
+                channel_batch_size=channel_batch_size,
+            )
+            maps.append(cam)
+            if progress is not None:
+                progress(done, len(targets))
+    else:
+        captured, scores = gradient_captures(model, targets, score_once)
+        combine = grad_cam_from_tensors if method == "grad_cam" else grad_cam_plus_plus_from_tensors
+        maps = [combine(activation, gradient) for activation, gradient in captured]
+        if progress is not None:
+            progress(len(targets), len(targets))
+
+    return _records(targets, maps, scores, batched, method)
+
+
+def _records(
+    targets: tuple[CameraExplanationTarget, ...],
+    maps: list[torch.Tensor],
+    scores: torch.Tensor,
+    images: dict[str, torch.Tensor],
+    method: str,
+) -> tuple[CameraAttribution, ...]:
+    batch_size = maps[0].shape[0]
+    flat_scores = scores.detach().reshape(-1).to("cpu", torch.float64)
+    records = []
+    upsampled_per_target = []
+    for target, cam in zip(targets, maps, strict=True):
+        image_size = tuple(images[target.camera_key].shape[-2:])
+        upsampled = F.interpolate(
+            cam.detach().unsqueeze(1).float(),
+            size=image_size,
+            mode="bilinear",
+            align_corners=False,
+        ).squeeze(1)
+        upsampled_per_target.append(upsampled.cpu().numpy())
+    for sample in range(batch_size):
+        value = flat_scores[sample] if flat_scores.numel() == batch_size else flat_scores.sum()
+        for target, cam, upsampled_maps in zip(targets, maps, upsampled_per_target, strict=True):
+            raw = cam[sample].detach().float().cpu().numpy().copy()
+            upsampled_map = upsampled_maps[sample].copy()
+            raw.setflags(write=False)
+            upsampled_map.setflags(write=False)
+            records.append(
+                CameraAttribution(
+                    camera_key=target.camera_key,
+                    method=method,
+                    target=target,
+                    sample_index=sample,
+                    score=float(value),
+                    raw_map=raw,
+                    upsampled_map=upsampled_map,
+                    raw_min=float(raw.min()),
+                    raw_max=float(raw.max()),
+                )
+            )
+    return tuple(records)
