@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from mi_models import SmallCNN, TiedLanguageModel
 from torch import nn
