@@ -201,10 +201,10 @@ class VinOfflineStoreWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
+        if exc_type is not None:
             self.abort()
+        elif self._state == "open":
+            self.close()
 
     @property
     def num_samples(self) -> int:
