@@ -1,0 +1,583 @@
+"""Per-camera attribution heatmaps over the camera images of a multi-camera model.
+
+:class:`AttributionViewerWidget` holds the model, one image per camera and what to
+explain (a target class or a score callable), asks :func:`vinlens.attribution.explain_cameras`
+for one frozen :class:`~vinlens.attribution.CameraAttribution` record per camera, and
+sends the browser each camera's image (uint8 ``[H, W, C]``) and raw map at the image's
+resolution (float32 ``[H, W]``) as binary arrays. Colormap, opacity, normalised or raw
+scale and the layout are display state the browser applies on its own; method, layer,
+capture mode and target are applied by the ``explain`` command, which runs in the
+background, reports progress per camera and answers errors (a bad layer path, method
+or camera key, an exception in the model's forward) as error replies the widget shows.
+
+From Python: ``.maps`` (camera -> raw map as shown), ``.layer_maps`` (at the target
+layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` and
+``.export_png(directory)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import traitlets
+from torch import nn
+
+from vinlens.attribution import (
+    ATTRIBUTION_METHODS,
+    CameraAttribution,
+    CameraExplanationTarget,
+    VisionCaptureMode,
+    camera_targets_for_layer,
+    explain_cameras,
+)
+from vinlens.model_inspection import inspect_model
+from vinlens.widgets._base import (
+    CommandContext,
+    CommandError,
+    VinlensWidget,
+    command,
+    widget_asset,
+)
+from vinlens.widgets._payload import encode_array
+
+__all__ = ["AttributionViewerWidget"]
+
+_LABELS = {
+    "grad_cam": "Grad-CAM",
+    "grad_cam_plus_plus": "Grad-CAM++",
+    "ablation_cam": "Ablation-CAM",
+}
+METHOD_LABELS: dict[str, str] = {name: _LABELS.get(name, name) for name in ATTRIBUTION_METHODS}
+"""The engine's methods in its order, with the names papers use."""
+COLORMAPS = ("viridis", "magma", "coolwarm")
+"""The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
+CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
+CAMERA_PLACEHOLDER = "{camera}"
+
+ImageLike = torch.Tensor | np.ndarray
+Score = Callable[[Any], torch.Tensor]
+Forward = Callable[[dict[str, torch.Tensor]], Any]
+
+
+class AttributionViewerWidget(VinlensWidget):
+    """Show what each camera of a multi-camera model looks at, as heatmaps over its image.
+
+    Args:
+        model: The model; it is called as ``model(inputs)`` (or ``forward(inputs)``) with
+            ``inputs`` a dict camera key -> float tensor ``[1, C, H, W]`` made from ``images``.
+        images: Camera key -> one image: a tensor ``[C, H, W]`` (or ``[1, C, H, W]``) or
+            an array ``[H, W, C]`` / ``[H, W]``. Arrays become float32 tensors with
+            their values unchanged, so pass what the model expects. The order of the
+            keys is the camera order (per-camera call index, stacking index).
+        score: ``score(output) -> Tensor`` turning the model's output into the score
+            to explain (one value per sample). Give this or ``target_class``.
+        target_class: Explain ``output[:, target_class]`` (the logit of that class).
+        targets: Explicit per-camera targets; otherwise ``layer`` and ``capture_mode``
+            make them with :func:`vinlens.attribution.camera_targets_for_layer`.
+        layer: Module path of the target layer (for ``dedicated_layer`` a path with
+            ``{camera}`` or a mapping camera key -> path).
+        capture_mode: How the cameras reach ``layer`` (a :class:`VisionCaptureMode`).
+        method: ``"grad_cam"``, ``"grad_cam_plus_plus"`` or ``"ablation_cam"``.
+        colormap, opacity, scale, view: Initial display state.
+        forward: How to run the model on the image dict, when not ``model(inputs)``.
+        compute: Explain right away (synchronously) so the widget opens with maps.
+
+    Raises:
+        ValueError: On images that are not one image per camera, a target that names a
+            camera without an image, both or neither of ``score`` and ``target_class``,
+            or a bad method, mode or display value.
+    """
+
+    _esm = widget_asset("attribution_viewer.js")
+    _css = widget_asset("attribution_viewer.css")
+
+    camera_keys = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    images = traitlets.Dict().tag(sync=True)
+    attributions = traitlets.Dict().tag(sync=True)
+    methods = traitlets.List(traitlets.Dict()).tag(sync=True)
+    capture_modes = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    layer_choices = traitlets.Dict().tag(sync=True)
+    explicit_targets = traitlets.Bool(False).tag(sync=True)
+    method = traitlets.Unicode("grad_cam").tag(sync=True)
+    layer = traitlets.Unicode("").tag(sync=True)
+    capture_mode = traitlets.Unicode(VisionCaptureMode.DEDICATED_LAYER.value).tag(sync=True)
+    target_class = traitlets.Int(None, allow_none=True).tag(sync=True)
+    target_label = traitlets.Unicode("").tag(sync=True)
+    colormap = traitlets.Unicode("viridis").tag(sync=True)
+    opacity = traitlets.Float(0.5).tag(sync=True)
+    scale = traitlets.Unicode("normalized").tag(sync=True)
+    view = traitlets.Unicode("grid").tag(sync=True)
+    focused_camera = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        images: Mapping[str, ImageLike],
+        *,
+        score: Score | None = None,
+        target_class: int | None = None,
+        targets: Sequence[CameraExplanationTarget] | None = None,
+        layer: str | Mapping[str, str] | None = None,
+        capture_mode: VisionCaptureMode | str | None = None,
+        method: str = "grad_cam",
+        colormap: str = "viridis",
+        opacity: float = 0.5,
+        scale: str = "normalized",
+        view: str = "grid",
+        forward: Forward | None = None,
+        compute: bool = True,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        if (score is None) == (target_class is None):
+            raise ValueError(
+                "give exactly one of score (a callable output -> score) and target_class "
+                f"(an int); got score={score!r}, target_class={target_class!r}."
+            )
+        if score is not None and not callable(score):
+            raise TypeError(f"score must be callable, got {type(score).__name__}.")
+        self._model = model
+        self._inputs = _model_inputs(images)
+        keys = list(self._inputs)
+        self._score = score
+        self._forward = forward
+        self._records: dict[str, CameraAttribution] = {}
+        self._python_targets: dict[str, CameraExplanationTarget] | None = None
+
+        mode = _check_choice("capture_mode", capture_mode, CAPTURE_MODES) if capture_mode else None
+        if targets is not None:
+            if layer is not None:
+                raise ValueError("give either targets or layer, not both.")
+            self._python_targets = _targets_by_camera(targets, keys)
+            modes = {t.capture_mode for t in self._python_targets.values()}
+            mode = mode or (modes.pop() if len(modes) == 1 else None)
+        elif isinstance(layer, Mapping):
+            self._python_targets = {
+                t.camera_key: t
+                for t in camera_targets_for_layer(
+                    dict(layer), mode or VisionCaptureMode.DEDICATED_LAYER, keys
+                )
+            }
+            mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
+        mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
+
+        super().__init__(
+            camera_keys=keys,
+            images={
+                key: encode_array(_display_image(key, img)) for key, img in self._inputs.items()
+            },
+            methods=[{"value": k, "label": v} for k, v in METHOD_LABELS.items()],
+            capture_modes=list(CAPTURE_MODES),
+            layer_choices=_layer_choices(model, keys),
+            explicit_targets=self._python_targets is not None,
+            method=_check_choice("method", method, tuple(METHOD_LABELS)),
+            layer=layer if isinstance(layer, str) else "",
+            capture_mode=mode,
+            target_class=target_class,
+            target_label=_score_label(score, target_class),
+            colormap=_check_choice("colormap", colormap, COLORMAPS),
+            opacity=_check_opacity(opacity),
+            scale=_check_choice("scale", scale, ("normalized", "raw")),
+            view=_check_choice("view", view, ("grid", "single")),
+            focused_camera=keys[0],
+        )
+        if isinstance(layer, str):
+            try:  # fail at construction, not at the first click
+                self._targets_for(layer, mode)
+            except CommandError as exc:
+                raise ValueError(str(exc)) from None
+        if compute and (layer is not None or targets is not None):
+            reply = self.run_command("explain", {})
+            if reply["kind"] == "error":
+                raise RuntimeError(reply["message"])
+
+    # -- Python API ------------------------------------------------------------------------
+    @property
+    def records(self) -> dict[str, CameraAttribution]:
+        """The engine's record per camera for the maps on screen (camera order)."""
+        return dict(self._records)
+
+    @property
+    def maps(self) -> dict[str, np.ndarray]:
+        """Camera key -> raw (not normalised) map at the camera image's size, float32 [H, W]."""
+        return {key: _image_map(record).copy() for key, record in self._records.items()}
+
+    @property
+    def layer_maps(self) -> dict[str, np.ndarray]:
+        """Camera key -> raw map at the target layer's resolution, float32 [h, w]."""
+        return {key: _layer_map(record).copy() for key, record in self._records.items()}
+
+    def recompute(
+        self,
+        *,
+        method: str | None = None,
+        layer: str | None = None,
+        capture_mode: str | None = None,
+        target_class: int | None = None,
+        cameras: Sequence[str] | None = None,
+    ) -> dict[str, CameraAttribution]:
+        """Explain again (as the Recompute button does) and return the new records.
+
+        Raises:
+            RuntimeError: With the message the widget shows, when the command fails.
+        """
+        args: dict[str, Any] = {
+            "method": method,
+            "layer": layer,
+            "capture_mode": capture_mode,
+            "target_class": target_class,
+            "cameras": list(cameras) if cameras is not None else None,
+        }
+        reply = self.run_command("explain", {k: v for k, v in args.items() if v is not None})
+        if reply["kind"] == "error":
+            raise RuntimeError(reply["message"])
+        return self.records
+
+    def export_png(self, directory: str | Path, *, overlay: bool = False) -> list[Path]:
+        """Write the current maps as ``<camera>.png``, coloured as the widget shows them.
+
+        Uses the widget's colormap and scale (normalised per camera, or the shared raw
+        range). With ``overlay=True`` the heatmap is blended over the camera image at
+        the widget's opacity, as on screen. Returns the written paths in camera order.
+
+        Raises:
+            RuntimeError: When no maps have been computed yet.
+        """
+        from matplotlib import colormaps
+        from matplotlib.image import imsave
+
+        if not self._records:
+            raise RuntimeError("no attribution maps yet; call recompute() first.")
+        out_dir = Path(directory)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmap = colormaps[self.colormap]
+        maps = self.maps
+        ranges = _display_ranges(self.scale, maps)
+        written = []
+        for key, values in maps.items():
+            vmin, vmax = ranges[key]
+            path = out_dir / f"{_safe_filename(key)}.png"
+            if overlay:
+                colour = cmap(_normalized(values, vmin, vmax))[..., :3]
+                image = _display_image(key, self._inputs[key]).astype(np.float32) / 255.0
+                if image.shape[-1] == 1:
+                    image = np.repeat(image, 3, axis=-1)
+                blended = (1 - self.opacity) * image[..., :3] + self.opacity * colour
+                imsave(path, np.clip(blended, 0.0, 1.0))
+            else:
+                imsave(path, values, cmap=cmap, vmin=vmin, vmax=vmax)
+            written.append(path)
+        return written
+
+    # -- commands ------------------------------------------------------------------------
+    @command("explain", background=True)
+    def _explain(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        method = _check_arg_choice("method", args.get("method", self.method), tuple(METHOD_LABELS))
+        mode = _check_arg_choice(
+            "capture_mode", args.get("capture_mode", self.capture_mode), CAPTURE_MODES
+        )
+        layer = args.get("layer", self.layer)
+        if layer is not None and not isinstance(layer, str):
+            raise CommandError(f"layer must be a module path string or null, got {layer!r}.")
+        target_class = self.target_class
+        if "target_class" in args and args["target_class"] is not None:
+            if self._score is not None:
+                raise CommandError(
+                    "this viewer explains a score callable; target_class does not apply."
+                )
+            target_class = _check_class(args["target_class"])
+        cameras = self._check_cameras(args.get("cameras"))
+        targets = self._targets_for(layer or "", mode)
+        if not layer:  # the targets given in Python carry their own capture mode
+            modes = {targets[key].capture_mode for key in cameras}
+            mode = modes.pop() if len(modes) == 1 else mode
+        score: int | Score
+        if self._score is not None:
+            score = self._score
+        else:
+            assert target_class is not None  # __init__ requires score or target_class
+            score = target_class
+
+        # Gradient methods explain every camera in one shared forward/backward pass (the
+        # engine reports once at the end); Ablation-CAM reports after each camera.
+        # ctx.progress also raises CommandCancelled when the user cancels; raised inside
+        # the engine's callback it unwinds through the engine's finally blocks.
+        ctx.progress(0, len(cameras))
+        found = explain_cameras(
+            self._model,
+            self._inputs,
+            score,
+            [targets[key] for key in cameras],
+            method=method,
+            forward=self._forward,
+            progress=ctx.progress,
+        )
+        records = {record.camera_key: record for record in found if record.sample_index == 0}
+        merged = {**self._records, **records}
+        self._records = {key: merged[key] for key in self.camera_keys if key in merged}
+        with self.hold_sync():
+            self.method = method
+            self.capture_mode = mode
+            self.layer = layer or ""
+            self.target_class = target_class
+            self.attributions = {
+                key: _record_payload(record) for key, record in self._records.items()
+            }
+        return {"cameras": list(records)}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _check_cameras(self, cameras: Any) -> list[str]:
+        if cameras is None:
+            return list(self.camera_keys)
+        if not isinstance(cameras, list) or not all(isinstance(c, str) for c in cameras):
+            raise CommandError(f"cameras must be a list of camera keys, got {cameras!r}.")
+        unknown = [c for c in cameras if c not in self.camera_keys]
+        if unknown:
+            raise CommandError(
+                f"unknown camera key(s) {unknown}; this viewer has {list(self.camera_keys)}."
+            )
+        if not cameras:
+            raise CommandError("cameras is empty; name at least one camera.")
+        return cameras
+
+    def _targets_for(self, layer: str, mode: str) -> dict[str, CameraExplanationTarget]:
+        """Per-camera targets for a layer choice, checked against the model's modules."""
+        keys = list(self.camera_keys)
+        if not layer:
+            if self._python_targets is None:
+                raise CommandError(
+                    "no target layer chosen; pick a layer (module path) and press Recompute."
+                )
+            targets = self._python_targets
+        else:
+            try:
+                made = camera_targets_for_layer(layer, mode, keys)
+            except ValueError as exc:
+                raise CommandError(f"layer {layer!r} in capture mode {mode!r}: {exc}") from None
+            targets = {t.camera_key: t for t in made}
+        for target in targets.values():
+            path = target.target.module_path
+            try:
+                self._model.get_submodule(path)
+            except AttributeError:
+                raise CommandError(
+                    f"layer {path!r} (camera {target.camera_key!r}) is not a module of "
+                    f"{type(self._model).__name__}; pick one of its module paths."
+                ) from None
+        return targets
+
+
+# -- image and payload conversion ---------------------------------------------------------
+def _model_inputs(images: Mapping[str, ImageLike]) -> dict[str, torch.Tensor]:
+    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it."""
+    if not isinstance(images, Mapping) or not images:
+        raise ValueError(
+            f"images must be a non-empty mapping camera key -> image, got {type(images).__name__}."
+        )
+    inputs: dict[str, torch.Tensor] = {}
+    for key, image in images.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"camera keys must be non-empty strings, got {key!r}.")
+        if isinstance(image, torch.Tensor):
+            tensor = image.detach()
+            if tensor.ndim == 3:
+                tensor = tensor.unsqueeze(0)
+            if tensor.ndim != 4 or tensor.shape[0] != 1:
+                raise ValueError(
+                    f"camera {key!r}: image tensor must be [C, H, W] or [1, C, H, W], got "
+                    f"{tuple(image.shape)}; pass one sample (e.g. images[{key!r}][0])."
+                )
+            if not tensor.is_floating_point():
+                tensor = tensor.float()
+        elif isinstance(image, np.ndarray):
+            array = image
+            if array.ndim == 2:
+                array = array[:, :, None]
+            if array.ndim != 3:
+                raise ValueError(
+                    f"camera {key!r}: image array must be [H, W] or [H, W, C], got {image.shape}."
+                )
+            tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+            tensor = tensor.to(torch.float32).unsqueeze(0)
+        else:
+            raise TypeError(
+                f"camera {key!r}: image must be a torch.Tensor or numpy array, got "
+                f"{type(image).__name__}."
+            )
+        if tensor.shape[-1] < 1 or tensor.shape[-2] < 1:
+            raise ValueError(f"camera {key!r}: image is empty, shape {tuple(tensor.shape)}.")
+        inputs[key] = tensor
+    return inputs
+
+
+def _display_image(key: str, tensor: torch.Tensor) -> np.ndarray:
+    """uint8 ``[H, W, C]`` (C = 1, 3 or 4) for the canvas.
+
+    Values in [0, 1] are scaled by 255, values in [0, 255] kept, and anything else
+    (e.g. mean/std-normalised inputs) stretched to its own min..max so it stays visible.
+    """
+    array = tensor.detach().to("cpu", torch.float32)[0].numpy()
+    channels = array.shape[0]
+    if channels not in (1, 3, 4):
+        array = array.mean(axis=0, keepdims=True)
+    array = np.transpose(array, (1, 2, 0))
+    finite = array[np.isfinite(array)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if lo >= 0.0 and hi <= 1.0:
+        scaled = array * 255.0
+    elif lo >= 0.0 and hi <= 255.0:
+        scaled = array
+    else:
+        scaled = (array - lo) / (hi - lo) * 255.0 if hi > lo else np.zeros_like(array)
+    image: np.ndarray = np.nan_to_num(np.clip(np.rint(scaled), 0, 255)).astype(np.uint8)
+    return image
+
+
+def _layer_map(record: CameraAttribution) -> np.ndarray:
+    return np.asarray(record.raw_map, dtype=np.float32)
+
+
+def _image_map(record: CameraAttribution) -> np.ndarray:
+    return np.asarray(record.upsampled_map, dtype=np.float32)
+
+
+def _record_payload(record: CameraAttribution) -> dict[str, Any]:
+    """What the browser needs of one record: the image-sized raw map plus its labels."""
+    values = _image_map(record)
+    layer_shape = list(record.layer_shape)
+    target = record.target
+    return {
+        "camera_key": record.camera_key,
+        "method": record.method,
+        "method_label": METHOD_LABELS.get(record.method, record.method),
+        "layer": target.target.module_path,
+        "capture_mode": target.capture_mode,
+        "target": _describe_target(target),
+        "score": float(record.score),
+        "map": encode_array(values),
+        "layer_shape": layer_shape,
+        "min": record.raw_min,
+        "max": record.raw_max,
+    }
+
+
+def _describe_target(target: CameraExplanationTarget) -> str:
+    out = f"{target.target.module_path} ({target.capture_mode}"
+    if target.invocation_index is not None:
+        out += f", call {target.invocation_index}"
+    if target.stacked_camera_index is not None:
+        out += f", slice {target.stacked_camera_index}/{target.stacked_camera_count}"
+    return out + ")"
+
+
+def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:
+    """Module paths per capture mode; dedicated mode gets ``{camera}`` templates.
+
+    A dedicated-layer template is offered when a path has a camera key as one of its
+    dotted parts and the same path exists for every camera.
+    """
+    modules = [m for m in inspect_model(model).modules if m.path != "<root>"]
+    types = {m.path: m.module_type.rsplit(".", 1)[-1] for m in modules}
+    shared = [{"path": m.path, "type": types[m.path]} for m in modules]
+    templates: dict[str, str] = {}
+    for module in modules:
+        parts = module.path.split(".")
+        for i, part in enumerate(parts):
+            if part in keys:
+                template = ".".join([*parts[:i], CAMERA_PLACEHOLDER, *parts[i + 1 :]])
+                if template not in templates and all(
+                    template.replace(CAMERA_PLACEHOLDER, k) in types for k in keys
+                ):
+                    templates[template] = types[module.path]
+    dedicated = [{"path": p, "type": t} for p, t in templates.items()]
+    if len(keys) == 1:
+        dedicated = shared
+    return {
+        VisionCaptureMode.DEDICATED_LAYER.value: dedicated,
+        VisionCaptureMode.PER_CAMERA_CALL.value: shared,
+        VisionCaptureMode.STACKED_CAMERA_BATCH.value: shared,
+    }
+
+
+def _targets_by_camera(
+    targets: Sequence[CameraExplanationTarget], keys: list[str]
+) -> dict[str, CameraExplanationTarget]:
+    by_camera: dict[str, CameraExplanationTarget] = {}
+    for target in targets:
+        if not isinstance(target, CameraExplanationTarget):
+            raise TypeError(
+                f"targets must be CameraExplanationTarget records, got {type(target).__name__}."
+            )
+        if target.camera_key not in keys:
+            raise ValueError(
+                f"target for camera {target.camera_key!r} has no image; images has {keys}."
+            )
+        if target.camera_key in by_camera:
+            raise ValueError(f"two targets for camera {target.camera_key!r}.")
+        by_camera[target.camera_key] = target
+    missing = [k for k in keys if k not in by_camera]
+    if missing:
+        raise ValueError(f"no target for camera(s) {missing}; give one target per image.")
+    return by_camera
+
+
+def _display_ranges(scale: str, maps: Mapping[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """The colour-scale range per camera, as js/widgets/attribution_viewer.ts:displayRange."""
+
+    def finite_range(values: np.ndarray) -> tuple[float, float]:
+        finite = values[np.isfinite(values)]
+        return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+
+    own = {key: finite_range(values) for key, values in maps.items()}
+    if scale == "normalized":
+        return own
+    shared = (min(0.0, *(lo for lo, _ in own.values())), max(hi for _, hi in own.values()))
+    return {key: shared for key in maps}
+
+
+def _normalized(values: np.ndarray, vmin: float, vmax: float) -> np.ndarray:
+    if not vmax > vmin:
+        return np.full_like(values, 0.5)
+    return np.clip((values - vmin) / (vmax - vmin), 0.0, 1.0)
+
+
+def _safe_filename(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", key) or "camera"
+
+
+def _score_label(score: Score | None, target_class: int | None) -> str:
+    if score is None:
+        return f"class {target_class}"
+    return f"score {getattr(score, '__name__', None) or type(score).__name__}"
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    value = value.value if isinstance(value, VisionCaptureMode) else value
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {list(choices)}.")
+    return str(value)
+
+
+def _check_arg_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise CommandError(f"unknown {name} {value!r}; expected one of {list(choices)}.")
+    return value
+
+
+def _check_class(value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CommandError(f"target_class must be a non-negative integer, got {value!r}.")
+    return value
+
+
+def _check_opacity(value: float) -> float:
+    if not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"opacity must be a number in [0, 1], got {value!r}.")
+    return float(value)

@@ -1,0 +1,349 @@
+"""AttributionViewerWidget: state, binary payloads, the explain command and its errors, export."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.image import imread
+
+from vinlens.attribution import camera_targets_for_layer, explain_cameras
+from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets.attribution_viewer import AttributionViewerWidget
+
+EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
+LAYERS = {
+    "dedicated_layer": "encoders.{camera}.conv3",
+    "per_camera_call": "encoder.conv3",
+    "stacked_camera_batch": "encoder.conv3",
+}
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, torch.Tensor]:
+    return {k: v[0] for k, v in make_camera_images(evidence=EVIDENCE, seed=3).items()}
+
+
+def viewer(images, mode="dedicated_layer", **kwargs) -> AttributionViewerWidget:
+    kwargs.setdefault("target_class", EVIDENCE_CLASS)
+    kwargs.setdefault("layer", LAYERS[mode])
+    return AttributionViewerWidget(
+        kwargs.pop("model", None) or MultiCameraDemoModel(mode),
+        images,
+        capture_mode=mode,
+        **kwargs,
+    )
+
+
+def sent_messages(widget, monkeypatch):
+    out = []
+    monkeypatch.setattr(
+        widget, "send", lambda content, buffers=None: out.append((content, buffers))
+    )
+    return out
+
+
+def hook_count(model: torch.nn.Module) -> int:
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+        for m in model.modules()
+    )
+
+
+# -- state and payloads ---------------------------------------------------------------------
+def test_images_cross_as_uint8_bytes_with_shape(images):
+    w = viewer(images, compute=False)
+    assert w.camera_keys == ["rgb", "slam-left", "slam-right"]
+    rgb = w.images["rgb"]["$array"]
+    assert rgb["dtype"] == "uint8" and rgb["shape"] == [96, 96, 3]
+    assert isinstance(rgb["data"], bytes) and len(rgb["data"]) == 96 * 96 * 3
+    left = w.images["slam-left"]["$array"]
+    assert left["shape"] == [80, 64, 1] and len(left["data"]) == 80 * 64
+    pixels = np.frombuffer(rgb["data"], dtype=np.uint8).reshape(96, 96, 3)
+    expected = np.rint(images["rgb"].permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+    np.testing.assert_array_equal(pixels, expected)
+    assert w.attributions == {} and w.maps == {}
+
+
+def test_maps_cross_as_float32_bytes_at_image_size_and_equal_the_engine(images):
+    model = MultiCameraDemoModel("per_camera_call")
+    w = viewer(images, "per_camera_call", model=model)
+    targets = camera_targets_for_layer("encoder.conv3", "per_camera_call", list(images))
+    direct = explain_cameras(model, images, EVIDENCE_CLASS, targets)
+    for record in direct:
+        payload = w.attributions[record.camera_key]
+        node = payload["map"]["$array"]
+        assert node["dtype"] == "float32" and isinstance(node["data"], bytes)
+        assert node["shape"] == list(record.image_shape)
+        sent = np.frombuffer(node["data"], dtype="<f4").reshape(node["shape"])
+        np.testing.assert_array_equal(sent, record.upsampled_map)
+        np.testing.assert_array_equal(w.maps[record.camera_key], record.upsampled_map)
+        np.testing.assert_array_equal(w.layer_maps[record.camera_key], record.raw_map)
+        assert payload["min"] == record.raw_min and payload["max"] == record.raw_max
+        assert payload["layer_shape"] == list(record.layer_shape)
+        assert payload["score"] == pytest.approx(record.score)
+        assert payload["capture_mode"] == "per_camera_call"
+        assert payload["method_label"] == "Grad-CAM"
+    assert w.layer_maps["rgb"].shape == (48, 48)
+    assert w.maps["slam-left"].shape == (80, 64)
+    # .maps hands out copies: editing one cannot change what the widget shows
+    w.maps["rgb"][:] = -1
+    assert w.maps["rgb"].min() >= 0
+
+
+@pytest.mark.parametrize("mode", list(LAYERS))
+def test_each_camera_map_peaks_on_its_planted_evidence(images, mode):
+    w = viewer(images, mode)
+    for camera, (row, col) in EVIDENCE.items():
+        hot = np.unravel_index(np.argmax(w.maps[camera]), w.maps[camera].shape)
+        assert np.hypot(hot[0] - row, hot[1] - col) <= 3, (mode, camera, hot)
+
+
+def test_layer_choices_come_from_the_models_module_paths(images):
+    w = viewer(images, compute=False)
+    dedicated = {c["path"]: c["type"] for c in w.layer_choices["dedicated_layer"]}
+    assert dedicated["encoders.{camera}.conv3"] == "Conv2d"
+    assert "encoders.{camera}.bn2" in dedicated and "head" not in dedicated
+    shared = viewer(images, "stacked_camera_batch", compute=False).layer_choices
+    paths = [c["path"] for c in shared["stacked_camera_batch"]]
+    assert paths[:3] == ["encoder", "encoder.conv1", "encoder.act1"] and "head" in paths
+    assert "<root>" not in paths
+    assert [m["value"] for m in w.methods] == ["grad_cam", "grad_cam_plus_plus", "ablation_cam"]
+    assert w.capture_modes == ["dedicated_layer", "per_camera_call", "stacked_camera_batch"]
+
+
+def test_explicit_targets_and_layer_mappings(images):
+    model = MultiCameraDemoModel("dedicated_layer")
+    w = AttributionViewerWidget(model, images, target_class=0, targets=model.camera_targets())
+    assert w.explicit_targets and w.layer == "" and w.capture_mode == "dedicated_layer"
+    assert w.records["slam-right"].target.target.module_path == "encoders.slam-right.conv3"
+    mapping = {key: f"encoders.{key}.conv2" for key in images}
+    w = AttributionViewerWidget(model, images, target_class=0, layer=mapping)
+    assert w.explicit_targets and w.layer_maps["rgb"].shape == (48, 48)
+    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+    # From the browser: a layer path replaces the Python targets; null goes back to them.
+    assert w.run_command("explain", {"layer": "encoders.{camera}.conv3"})["kind"] == "result"
+    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv3"
+    assert w.run_command("explain", {"layer": None})["kind"] == "result"
+    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+
+
+def test_score_callable_and_numpy_images(images):
+    arrays = {k: v.permute(1, 2, 0).numpy() for k, v in images.items()}
+    arrays["slam-left"] = arrays["slam-left"][:, :, 0]  # [H, W]
+    calls = []
+
+    def evidence_minus_ramp(output):
+        calls.append(tuple(output.shape))
+        return output[:, 0] - output[:, 1]
+
+    w = AttributionViewerWidget(
+        MultiCameraDemoModel(),
+        arrays,
+        score=evidence_minus_ramp,
+        layer="encoders.{camera}.conv3",
+    )
+    assert calls == [(1, 4)]
+    assert w.target_class is None and w.target_label == "score evidence_minus_ramp"
+    assert w.images["slam-left"]["$array"]["shape"] == [80, 64, 1]
+    reply = w.run_command("explain", {"target_class": 2})
+    assert reply["kind"] == "error" and "score callable" in reply["message"]
+
+
+# -- the explain command -------------------------------------------------------------------------
+def test_recompute_with_another_method_layer_and_class(images):
+    w = viewer(images)
+    before = w.maps
+    reply = w.run_command(
+        "explain",
+        {"method": "grad_cam_plus_plus", "layer": "encoders.{camera}.conv2", "target_class": 1},
+    )
+    assert reply["kind"] == "result" and reply["data"] == {"cameras": list(EVIDENCE)}
+    assert (w.method, w.layer, w.target_class, w.status) == (
+        "grad_cam_plus_plus",
+        "encoders.{camera}.conv2",
+        1,
+        "idle",
+    )
+    assert {r.method for r in w.records.values()} == {"grad_cam_plus_plus"}
+    assert not np.array_equal(before["rgb"], w.maps["rgb"])
+    assert w.attributions["rgb"]["method_label"] == "Grad-CAM++"
+
+
+def test_recompute_one_camera_leaves_the_others(images):
+    w = viewer(images)
+    before = w.records
+    reply = w.run_command("explain", {"cameras": ["slam-left"], "method": "ablation_cam"})
+    assert reply["kind"] == "result" and reply["data"] == {"cameras": ["slam-left"]}
+    assert w.records["slam-left"].method == "ablation_cam"
+    assert w.records["rgb"] is before["rgb"] and w.records["slam-right"] is before["slam-right"]
+    assert list(w.attributions) == ["rgb", "slam-left", "slam-right"]
+
+
+def test_progress_is_reported_per_camera_for_ablation(images, monkeypatch):
+    w = viewer(images, compute=False)
+    sent = sent_messages(w, monkeypatch)
+    reply = w.run_command("explain", {"method": "ablation_cam"})
+    assert reply["kind"] == "result"
+    progress = [(c["done"], c["total"]) for c, _ in sent if c["kind"] == "progress"]
+    assert progress == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    # the result itself is small: maps travel in the attributions traitlet
+    result = next(c for c, _ in sent if c["kind"] == "result")
+    assert result["data"] == {"cameras": list(EVIDENCE)}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"layer": "encoders.{camera}.nope"}, "'encoders.rgb.nope'"),
+        ({"layer": "encoders.rgb.conv3"}, "each need their own"),
+        ({"layer": 3}, "module path string"),
+        ({"method": "lime"}, "unknown method 'lime'"),
+        ({"capture_mode": "sideways"}, "unknown capture_mode 'sideways'"),
+        ({"cameras": ["rgb", "depth"]}, "unknown camera key(s) ['depth']"),
+        ({"cameras": "rgb"}, "must be a list of camera keys"),
+        ({"cameras": []}, "name at least one camera"),
+        ({"target_class": -1}, "non-negative integer"),
+        ({"target_class": "0"}, "non-negative integer"),
+        ({"target_class": 9}, "not a class index of an output with 4 classes"),
+        ({"capture_mode": "stacked_camera_batch", "layer": "head"}, "Cannot split stacked"),
+        ({"capture_mode": "per_camera_call", "layer": "head"}, "never produced camera 'slam-left'"),
+    ],
+)
+def test_bad_arguments_are_error_replies_and_keep_the_maps(images, args, expected):
+    w = viewer(images)
+    before = {k: v.copy() for k, v in w.maps.items()}
+    payload = dict(w.attributions)
+    reply = w.run_command("explain", args)
+    assert reply["kind"] == "error", reply
+    assert expected in reply["message"], reply["message"]
+    assert w.status == "error" and w.error == reply["message"]
+    assert w.attributions == payload
+    for key, values in before.items():
+        np.testing.assert_array_equal(w.maps[key], values)
+    assert hook_count(w._model) == 0
+    assert (w.method, w.layer) == ("grad_cam", "encoders.{camera}.conv3")
+
+
+class FailingDemoModel(MultiCameraDemoModel):
+    fail = False
+
+    def forward(self, images):
+        if self.fail:
+            raise RuntimeError("sensor packet corrupted")
+        return super().forward(images)
+
+
+@pytest.mark.parametrize("method", ["grad_cam", "ablation_cam"])
+def test_exception_in_forward_is_an_error_reply_with_no_hooks_left(images, method):
+    model = FailingDemoModel("per_camera_call")
+    model.train()
+    w = viewer(images, "per_camera_call", model=model)
+    model.fail = True
+    reply = w.run_command("explain", {"method": method})
+    assert reply["kind"] == "error"
+    assert "RuntimeError: sensor packet corrupted" in reply["message"]
+    assert "sensor packet corrupted" in reply["traceback"]
+    assert w.error_traceback and w.status == "error"
+    assert hook_count(model) == 0
+    assert model.training and all(m.training for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())
+    model.fail = False
+    assert w.run_command("explain", {"method": method})["kind"] == "result"
+    assert w.status == "idle" and w.error == ""
+
+
+def test_cancel_keeps_the_previous_maps(images, monkeypatch):
+    gate = threading.Event()
+
+    class SlowModel(MultiCameraDemoModel):
+        def forward(self, images):
+            gate.wait(5)
+            return super().forward(images)
+
+    w = viewer(images, model=SlowModel())
+    before = w.maps
+    gate.clear()
+    sent = sent_messages(w, monkeypatch)
+    w._dispatch(
+        {"kind": "command", "id": "r1", "name": "explain", "args": {"method": "ablation_cam"}}
+    )
+    for _ in range(500):
+        if any(c["kind"] == "progress" for c, _ in sent):
+            break
+        threading.Event().wait(0.01)
+    w._dispatch({"kind": "cancel", "id": "r1"})
+    gate.set()
+    for _ in range(1000):
+        if any(c.get("id") == "r1" and c["kind"] in ("result", "error") for c, _ in sent):
+            break
+        threading.Event().wait(0.01)
+    reply = next(c for c, _ in sent if c.get("id") == "r1" and c["kind"] in ("result", "error"))
+    assert reply["kind"] == "error" and reply["cancelled"]
+    assert w.status == "idle"
+    assert {r.method for r in w.records.values()} == {"grad_cam"}
+    np.testing.assert_array_equal(w.maps["rgb"], before["rgb"])
+    assert hook_count(w._model) == 0
+
+
+# -- construction errors --------------------------------------------------------------------------
+def test_constructor_rejects_bad_inputs_with_clear_errors(images):
+    model = MultiCameraDemoModel()
+    with pytest.raises(ValueError, match="exactly one of score"):
+        AttributionViewerWidget(model, images, layer="encoders.{camera}.conv3")
+    with pytest.raises(ValueError, match="exactly one of score"):
+        AttributionViewerWidget(model, images, score=lambda o: o[:, 0], target_class=0)
+    batch = {k: v.unsqueeze(0).repeat(2, 1, 1, 1) for k, v in images.items()}
+    with pytest.raises(ValueError, match=r"camera 'rgb'.*one sample"):
+        AttributionViewerWidget(model, batch, target_class=0)
+    with pytest.raises(ValueError, match=r"'encoders\.rgb\.conv9' .*not a module"):
+        AttributionViewerWidget(model, images, target_class=0, layer="encoders.{camera}.conv9")
+    with pytest.raises(ValueError, match="target for camera 'depth' has no image"):
+        targets = camera_targets_for_layer("x", "per_camera_call", ["rgb", "depth"])
+        AttributionViewerWidget(model, images, target_class=0, targets=targets)
+    with pytest.raises(ValueError, match="colormap='jet'"):
+        AttributionViewerWidget(model, images, target_class=0, colormap="jet")
+    with pytest.raises(ValueError, match="opacity"):
+        AttributionViewerWidget(model, images, target_class=0, opacity=2)
+    with pytest.raises(TypeError, match=r"camera 'rgb'.*list"):
+        AttributionViewerWidget(model, {"rgb": [[0.0]]}, target_class=0)
+
+
+# -- export -------------------------------------------------------------------------------------
+def test_export_png_writes_the_maps_as_shown(images, tmp_path):
+    w = viewer(images)
+    with pytest.raises(RuntimeError, match="no attribution maps yet"):
+        viewer(images, compute=False).export_png(tmp_path / "none")
+    paths = w.export_png(tmp_path / "maps")
+    assert [p.name for p in paths] == ["rgb.png", "slam-left.png", "slam-right.png"]
+    for path, (camera, (row, col)) in zip(paths, EVIDENCE.items(), strict=True):
+        pixels = imread(path)
+        assert pixels.shape[:2] == w.maps[camera].shape
+        # viridis' brightest colour is its top: the brightest pixel is the map's maximum
+        brightness = pixels[..., :3].mean(axis=-1)
+        hot = np.unravel_index(np.argmax(brightness), brightness.shape)
+        assert np.hypot(hot[0] - row, hot[1] - col) <= 3, (camera, hot)
+    w.opacity = 1.0
+    w.colormap = "magma"
+    overlay = w.export_png(tmp_path / "overlay", overlay=True)
+    plain = imread(tmp_path / "maps" / "rgb.png")[..., :3]
+    blended = imread(overlay[0])[..., :3]
+    assert blended.shape == plain.shape and not np.allclose(blended, plain)
+    w.opacity = 0.0
+    only_image = imread(w.export_png(tmp_path / "image", overlay=True)[0])[..., :3]
+    expected = np.rint(images["rgb"].permute(1, 2, 0).numpy() * 255) / 255
+    np.testing.assert_allclose(only_image, expected, atol=1 / 255)
+
+
+def test_export_png_raw_scale_shares_one_range(images, tmp_path):
+    w = viewer(images)
+    w.scale = "raw"
+    weakest = min(w.maps, key=lambda k: w.maps[k].max())
+    strongest = max(w.maps, key=lambda k: w.maps[k].max())
+    w.export_png(tmp_path)
+    top_weak = imread(tmp_path / f"{weakest}.png")[..., :3].mean(axis=-1).max()
+    top_strong = imread(tmp_path / f"{strongest}.png")[..., :3].mean(axis=-1).max()
+    if w.maps[weakest].max() < 0.9 * w.maps[strongest].max():
+        assert top_weak < top_strong
