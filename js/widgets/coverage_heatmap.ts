@@ -35,6 +35,7 @@ export interface CoverageModel {
   raw_dataset_dir: string;
   acquisition: { id: string; state: string; step: string; done: number; total: number; message: string };
   coverage: Record<string, unknown>;
+  replacement: { replaced?: boolean; message?: string };
   selected_scene: string;
   status: string;
   error: string;
@@ -158,6 +159,7 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
     h("label", { class: "vl-muted" }, "colours ", cmapSel),
     h("span", { class: "vl-cov-spacer" }), csvBtn, rescanBtn, cancelBtn);
   const paths = h("div", { class: "vl-muted vl-cov-paths" });
+  const banner = h("div", { class: "vl-cov-replaced", role: "alert", hidden: true });
   const totalsEl = h("div", { class: "vl-cov-totals" });
   const legend = h("div", { class: "vl-cov-legend" });
   const canvas = h("canvas", {
@@ -171,7 +173,7 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
   const tableWrap = h("div", { class: "vl-cov-tablewrap" });
   const body = h("div", { class: "vl-cov-body" }, totalsEl, legend, gridWrap, live, h("div", { class: "vl-cov-lower" }, detail, tableWrap));
   const empty = h("div", { class: "vl-muted vl-cov-empty" });
-  const root = h("div", { class: "vl-root vl-cov" }, toolbar, paths, status.el, empty, body);
+  const root = h("div", { class: "vl-root vl-cov" }, toolbar, paths, status.el, banner, empty, body);
   el.append(root);
 
   // ---- actions ---------------------------------------------------------------------------
@@ -455,6 +457,12 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
     renderTable();
   }
 
+  function renderReplacement() {
+    const r = model.get("replacement");
+    banner.hidden = !r?.replaced;
+    replaceChildren(banner, r?.replaced ? h("strong", {}, "Store replaced. ") : null, r?.replaced ? String(r.message ?? "") : null);
+  }
+
   const onSelected = () => { draw(); renderTable(); };
   const onTheme = () => draw();
   const themeObserver = typeof MutationObserver !== "undefined" ? new MutationObserver(onTheme) : null;
@@ -465,6 +473,8 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
   model.on("change:acquisition", renderAcquisition);
   model.on("change:coverage", renderCoverage);
   model.on("change:selected_scene", onSelected);
+  model.on("change:replacement", renderReplacement);
+  renderReplacement();
   renderCoverage();
   renderAcquisition();
   if (model.get("selected_scene") && rows) selectScene(model.get("selected_scene"));
@@ -473,6 +483,7 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
     model.off("change:acquisition", renderAcquisition);
     model.off("change:coverage", renderCoverage);
     model.off("change:selected_scene", onSelected);
+    model.off("change:replacement", renderReplacement);
     themeObserver?.disconnect();
     resizeObserver?.disconnect();
     client.dispose();

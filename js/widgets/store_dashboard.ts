@@ -11,7 +11,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import "../lib/theme.css";
 import "./store_dashboard.css";
 import {
-  barChartSvg, binValues, histogramFromBins, histogramSvg, scatterPlot, type Histogram, type ScatterPlot,
+  barChartSvg, binValues, histogramSvg, scatterPlot, type Histogram, type ScatterPlot,
 } from "../lib/charts";
 import { h, replaceChildren } from "../lib/dom";
 import { decode, formatNumber, type NDArray, type Table } from "../lib/payload";
@@ -25,14 +25,13 @@ export interface Summary {
   maximum: number | null;
 }
 
-/** One histogram series; `values` (browser bins) or `bins` (kernel-binned, very large series). */
+/** One histogram series: the engine's sampled values, binned here. */
 export interface Series {
   key: string;
   title: string;
   summary: Summary | null;
   count: number;
   values: NDArray | null;
-  bins: { edges: NDArray; counts: NDArray } | null;
   /** Why the series is empty (e.g. the store has no scene labels), or null. */
   unavailable: string | null;
 }
@@ -49,8 +48,6 @@ export interface PairSeries {
   value: NDArray;
   count: number;
   pearson: number | null;
-  /** Pairs drawn when the kernel thinned a very large series, else equal to count. */
-  shown: number;
 }
 
 export interface Acquisition {
@@ -118,11 +115,9 @@ function summaryText(s: Summary | null): string {
   return `n ${formatNumber(s.count)} · min ${num(s.minimum)} · mean ${num(s.mean)} · max ${num(s.maximum)}`;
 }
 
-/** Histogram of one series at the chosen bin count (browser bins), or the kernel's bins. */
+/** Histogram of one series at the chosen bin count. */
 export function seriesHistogram(series: Series, bins: number): Histogram | null {
-  if (series.values) return binValues(series.values.data, bins);
-  if (series.bins) return histogramFromBins(series.bins.edges.data, series.bins.counts.data);
-  return null;
+  return series.values ? binValues(series.values.data, bins) : null;
 }
 
 function table(headers: string[], rows: (string | number | Node)[][], numeric: boolean[] = []): HTMLTableElement {
@@ -305,8 +300,7 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
         ? h("div", { class: "vl-mono vl-sd-examples", title: "first unpaired sample keys" }, pairs.unpaired_examples.join(", ") + (unpaired > pairs.unpaired_examples.length ? ", …" : ""))
         : null);
     const stats = chosen
-      ? h("div", { class: "vl-muted" }, `${formatNumber(chosen.count)} pairs` + (chosen.shown < chosen.count ? ` (${formatNumber(chosen.shown)} drawn)` : "")
-        + (chosen.pearson === null || chosen.pearson === undefined || Number.isNaN(chosen.pearson) ? "" : ` · Pearson r ${chosen.pearson.toFixed(3)}`))
+      ? h("div", { class: "vl-muted" }, `${formatNumber(chosen.count)} pairs` + (chosen.pearson === null || chosen.pearson === undefined || Number.isNaN(chosen.pearson) ? "" : ` · Pearson r ${chosen.pearson.toFixed(3)}`))
       : null;
     return h("div", { class: "vl-sd-tab" }, histControls(),
       h("div", { class: "vl-sd-grid" },

@@ -127,6 +127,9 @@ class CoverageHeatmapWidget(VinlensWidget):
     acquisition = traitlets.Dict().tag(sync=True)
     #: See :func:`coverage_payload`; empty until the first scan finishes.
     coverage = traitlets.Dict().tag(sync=True)
+    #: {"replaced", "message"}: the store at the path is another generation than at the
+    #: previous scan (the browser shows a banner).
+    replacement = traitlets.Dict().tag(sync=True)
     #: The scene whose snippets the browser lists (set by a click or from Python).
     selected_scene = traitlets.Unicode("").tag(sync=True)
 
@@ -162,6 +165,7 @@ class CoverageHeatmapWidget(VinlensWidget):
         self._job_done.set()
         self._job_error: BaseException | None = None
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
+        self.replacement = {"replaced": False}
         self._start_background("construction")
 
     # -- public Python API --------------------------------------------------------------
@@ -325,6 +329,15 @@ class CoverageHeatmapWidget(VinlensWidget):
                 for row in reader.samples:
                     store_by_scene[row.scene_id].add(row.snippet_id)
             ctx.check_cancelled()
+            previous = self._generation
+            if previous is not None and previous != generation:
+                self.replacement = {
+                    "replaced": True,
+                    "message": f"The store at {self._config.store_dir} was replaced since the "
+                    "previous scan; the coverage below compares the new store.",
+                }
+            else:
+                self.replacement = {"replaced": False}
             with self._index_lock:
                 self._record = record
                 self._generation = generation

@@ -1,0 +1,632 @@
+"""StoreDashboardWidget: the health of one immutable VIN offline store in a notebook cell.
+
+The widget owns no diagnostics. It acquires them the way the engine asks callers to:
+:func:`capture_vin_offline_dataset_stats_request` pins the store *generation* before
+anything is read, and :func:`inspect_vin_offline_dataset_stats` reads and refuses a store
+replaced before or during the read. The request's digest is what the header shows as the
+generation digest, so two dashboards showing the same digest show the same bytes.
+
+Acquisition runs on a worker thread (the notebook stays usable) and starts as soon as the
+widget is constructed: by the time the view renders, the numbers are often already there,
+scripts and ``nbconvert`` can :meth:`StoreDashboardWidget.wait` for them without any
+browser, and several views share one acquisition through the ``acquisition`` and
+``payload`` traitlets. Refresh captures a *new* request; when its generation differs
+from the one shown, or the engine reports a replacement mid-read, the widget says so in
+the ``replacement`` traitlet and the browser shows it as a banner.
+
+Histograms: the kernel sends the engine's sampled values as float32 arrays and the browser
+bins them; the bin count is a view choice the user changes without a kernel round trip,
+and the engine already bounds every value list (``MAX_HISTOGRAM_VALUES``), so the
+payload stays small even with ``max_samples=None``. Every summary number (count, min,
+mean, max, Pearson r of the pairs) is computed in the kernel.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import traitlets
+
+from vinlens.store.diagnostics import (
+    VinOfflineDatasetStats,
+    VinOfflineDatasetStatsRequest,
+    capture_vin_offline_dataset_stats_request,
+    inspect_vin_offline_dataset_stats,
+)
+from vinlens.store.format import (
+    StoreNotFoundError,
+    StoreReplacedError,
+    VinOfflineStoreConfig,
+    VinOfflineStoreError,
+)
+from vinlens.store.reader import as_store_config
+from vinlens.widgets._base import (
+    CommandCancelled,
+    CommandContext,
+    CommandError,
+    VinlensWidget,
+    command,
+    widget_asset,
+)
+from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
+
+__all__ = [
+    "StoreDashboardWidget",
+    "dashboard_payload",
+    "dashboard_problems",
+]
+
+#: Unpaired sample keys listed by name in the payload (the count is always exact).
+MAX_UNPAIRED_EXAMPLES = 20
+
+_STEPS = ("capturing request", "reading store", "building payload")
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------
+# Payload: engine records -> what the browser renders
+# --------------------------------------------------------------------------------------
+
+
+def _summary(summary: Any) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {
+        "count": int(summary.count),
+        "minimum": _opt_float(summary.minimum),
+        "mean": _opt_float(summary.mean),
+        "maximum": _opt_float(summary.maximum),
+    }
+
+
+def _opt_float(value: Any) -> Any:
+    return None if value is None else encode_float(float(value))
+
+
+def _series(
+    key: str,
+    title: str,
+    values: Sequence[float] | np.ndarray,
+    summary: Any,
+    unavailable: str | None = None,
+) -> dict[str, Any]:
+    """One histogram series: the engine's sampled values as float32 for browser binning."""
+    array = np.asarray(values, dtype=np.float32).reshape(-1)
+    return {
+        "key": key,
+        "title": title,
+        "summary": _summary(summary),
+        "count": int(array.size),
+        "values": None if unavailable is not None else encode_array(array),
+        "unavailable": unavailable,
+    }
+
+
+def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(rri, component) arrays of one component's identity-aligned ``(rri, value)`` pairs."""
+    arr = np.asarray(pairs, dtype=np.float64).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    if x.size < 2 or float(np.std(x)) == 0.0 or float(np.std(y)) == 0.0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _pair_node(name: str, pairs: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    rri, value = _pairs_arrays(pairs)
+    return {
+        "name": name,
+        "count": int(rri.size),
+        "pearson": _opt_float(_pearson(value, rri)),
+        "rri": encode_array(rri.astype(np.float32)),
+        "value": encode_array(value.astype(np.float32)),
+    }
+
+
+def _shape_text(shape: Any) -> str:
+    if isinstance(shape, int):
+        return f"[{shape}]"
+    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
+
+
+def _blocks_table(blocks: Sequence[Any]) -> dict[str, Any]:
+    return encode_table(
+        {
+            "shard_id": [str(b.shard_id) for b in blocks],
+            "name": [str(b.name) for b in blocks],
+            "kind": [str(getattr(b.kind, "value", b.kind)) for b in blocks],
+            "dtype": ["" if b.dtype is None else str(b.dtype) for b in blocks],
+            "shape": [_shape_text(b.shape) for b in blocks],
+            "optional": np.asarray([bool(b.optional) for b in blocks], dtype=np.bool_),
+            "estimated_bytes": np.asarray(
+                [np.nan if b.estimated_bytes is None else float(b.estimated_bytes) for b in blocks],
+                dtype=np.float64,
+            ),
+        }
+    )
+
+
+def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
+    """What the dashboard lists under *integrity problems*, most severe first.
+
+    Errors are the engine's integrity findings (missing chunks, mismatched blocks, ...).
+    Warnings and notices are facts a user should not overlook in the other panels:
+    samples without any valid candidate, labelled samples that cannot be paired by
+    candidate identity, a store without scene supervision.
+    """
+    problems: list[dict[str, str]] = []
+    for problem in stats.integrity_problems:
+        where = "/".join(str(part) for part in (problem.shard_id, problem.block) if part)
+        problems.append(
+            {
+                "severity": "error",
+                "title": f"{problem.kind}{f' in shard {where}' if where else ''}",
+                "detail": problem.message,
+            }
+        )
+    no_valid = [s.sample_key for s in stats.sample_summaries if s.candidate_count == 0]
+    if no_valid:
+        shown = ", ".join(no_valid[:5]) + (", …" if len(no_valid) > 5 else "")
+        problems.append(
+            {
+                "severity": "warning",
+                "title": f"{len(no_valid)} sampled sample(s) without any valid candidate",
+                "detail": shown,
+            }
+        )
+    unpaired = max(
+        stats.rri_pairing_unavailable_count, len(stats.rri_pairing_unavailable_sample_keys)
+    )
+    if unpaired:
+        problems.append(
+            {
+                "severity": "notice",
+                "title": f"{unpaired} sampled labelled sample(s) lack candidate IDs",
+                "detail": "RRI/component pairs exclude them; their marginal histograms still "
+                "count them.",
+            }
+        )
+    if not stats.scene_labels_available:
+        problems.append(
+            {
+                "severity": "notice",
+                "title": "No scene supervision in this store",
+                "detail": "capabilities.scene_labels is false: candidate counts, RRI and "
+                "components are unavailable (not zero).",
+            }
+        )
+    order = {"error": 0, "warning": 1, "notice": 2}
+    return sorted(problems, key=lambda p: order[p["severity"]])
+
+
+def dashboard_payload(
+    stats: VinOfflineDatasetStats,
+    request: VinOfflineDatasetStatsRequest,
+    *,
+    engine_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The browser payload for one acquisition (small JSON plus binary arrays and tables)."""
+    no_labels = None if stats.scene_labels_available else "no scene labels in this store"
+    histograms = [
+        _series(
+            "candidate_count",
+            "Valid candidates per sample",
+            stats.candidate_count_values,
+            stats.candidate_count,
+            no_labels,
+        ),
+        _series("rri", "Oracle RRI (valid candidates)", stats.rri_values, stats.rri, no_labels),
+        _series("vin_points", "VIN points per snippet", stats.vin_point_values, stats.vin_points),
+    ]
+    components = [
+        _series(
+            f"component:{name}",
+            f"RRI component: {name}",
+            values,
+            stats.rri_component_summaries.get(name),
+        )
+        for name, values in sorted(stats.rri_component_values.items())
+    ]
+    poses = [
+        {"name": name, "summary": _summary(summary)}
+        for name, summary in stats.candidate_pose_summaries.items()
+    ]
+    unpaired = list(stats.rri_pairing_unavailable_sample_keys)
+    unpaired_count = max(stats.rri_pairing_unavailable_count, len(unpaired))
+    pairs = {
+        "components": [
+            _pair_node(name, value) for name, value in sorted(stats.rri_component_pairs.items())
+        ],
+        "unpaired_count": unpaired_count,
+        "unpaired_examples": [str(k) for k in unpaired[:MAX_UNPAIRED_EXAMPLES]],
+    }
+    header = {
+        "store_dir": str(stats.store_dir),
+        "version": int(stats.version),
+        "num_samples": int(stats.num_samples),
+        "sampled_samples": int(stats.sampled_samples),
+        "num_scenes": int(stats.num_scenes),
+        "num_snippets": int(stats.num_snippets),
+        "numeric_bytes": int(stats.numeric_bytes),
+        "split_counts": {str(k): int(v) for k, v in stats.split_counts.items()},
+        "materialized_blocks": {str(k): bool(v) for k, v in stats.materialized_blocks.items()},
+        "scene_labels_available": bool(stats.scene_labels_available),
+        "batch_shapes_available": bool(stats.batch_shapes_available),
+        "digest": request.digest(),
+        "max_samples": request.max_samples,
+        "acquired_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "engine_seconds": engine_seconds,
+    }
+    return {
+        "header": header,
+        "problems": dashboard_problems(stats),
+        "blocks": _blocks_table(stats.block_diagnostics),
+        "histograms": histograms,
+        "components": components,
+        "poses": poses,
+        "pairs": pairs,
+        "memory": to_jsonable(list(stats.memory_diagnostics)),
+        "backbone": to_jsonable(list(stats.backbone_diagnostics)),
+        "batch_shapes": [
+            {"name": str(name), "shape": _shape_text(shape)}
+            for name, shape in stats.batch_shapes.items()
+        ],
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The widget
+# --------------------------------------------------------------------------------------
+
+
+def _call_cancellable(func: Callable[[], T], ctx: CommandContext, poll_s: float = 0.05) -> T:
+    """Run ``func`` on its own thread and return its result, or raise on cancellation.
+
+    The engine call has no cancellation hook; it only reads, so abandoning it is safe:
+    its thread finishes in the background and the result is dropped.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["result"] = func()
+        except BaseException as exc:  # re-raised on the command's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="vinlens-store-stats", daemon=True).start()
+    while not done.wait(poll_s):
+        ctx.check_cancelled()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
+
+
+def _check_max_samples(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
+    if int(value) < 1:
+        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+class StoreDashboardWidget(VinlensWidget):
+    """Store-level diagnostics of one VIN offline store, acquired in the background.
+
+    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path.
+    ``max_samples`` caps the rows scanned for tensor statistics (``None``: every row).
+    The first acquisition starts immediately; :meth:`wait` blocks until it is done.
+    """
+
+    _esm = widget_asset("store_dashboard.js")
+    _css = widget_asset("store_dashboard.css")
+
+    store_path = traitlets.Unicode("").tag(sync=True)
+    max_samples = traitlets.Int(512, allow_none=True).tag(sync=True)
+    #: {"id", "state": running|done|failed|cancelled, "step", "done", "total", "trigger", "message"}
+    acquisition = traitlets.Dict().tag(sync=True)
+    #: The rendered statistics (see :func:`dashboard_payload`); empty until the first success.
+    payload = traitlets.Dict().tag(sync=True)
+    #: {"replaced", "when": between|during, "message", "previous_digest", "current_digest"}
+    replacement = traitlets.Dict().tag(sync=True)
+    #: True when ``payload`` belongs to a generation that is no longer at the path.
+    stale = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(
+        self,
+        store: VinOfflineStoreConfig | str | Path,
+        max_samples: int | None = 512,
+        **kwargs: Any,
+    ) -> None:
+        config = as_store_config(store)
+        checked = _check_max_samples(max_samples)
+        super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
+        self._config = config
+        self._stats: VinOfflineDatasetStats | None = None
+        self._request: VinOfflineDatasetStatsRequest | None = None
+        self._job_lock = threading.Lock()
+        self._job_done = threading.Event()
+        self._job_done.set()
+        self._job_error: BaseException | None = None
+        self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
+        self.replacement = {"replaced": False}
+        self._start_background("construction")
+
+    # -- public Python API --------------------------------------------------------------
+    @property
+    def config(self) -> VinOfflineStoreConfig:
+        return self._config
+
+    @property
+    def stats(self) -> VinOfflineDatasetStats | None:
+        """The record shown now (None before the first successful acquisition)."""
+        return self._stats
+
+    @property
+    def request(self) -> VinOfflineDatasetStatsRequest | None:
+        """The request whose result is shown now."""
+        return self._request
+
+    def wait(self, timeout: float | None = None) -> VinOfflineDatasetStats:
+        """Block until the running acquisition ends; return the stats or raise its error."""
+        if not self._job_done.wait(timeout):
+            raise TimeoutError(
+                f"store statistics for {self._config.store_dir} not ready after {timeout}s"
+            )
+        if self._job_error is not None:
+            raise self._job_error
+        if self._stats is None:
+            raise RuntimeError(f"no statistics were acquired for {self._config.store_dir}")
+        return self._stats
+
+    def refresh(self, *, max_samples: int | object | None = ...) -> None:
+        """Start a new acquisition (a new request) in the background; see :meth:`wait`."""
+        if max_samples is not ...:
+            self.max_samples = _check_max_samples(max_samples)
+        self._start_background("refresh()")
+
+    # -- commands ----------------------------------------------------------------------
+    @command("refresh", background=True)
+    def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        if "max_samples" in args:
+            try:
+                self.max_samples = _check_max_samples(args["max_samples"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        if not self._job_lock.acquire(blocking=False):
+            raise CommandError("an acquisition is already running; wait for it or cancel it first")
+        try:
+            self._job_done.clear()
+            return self._acquire(ctx, "refresh")
+        finally:
+            self._job_done.set()
+            self._job_lock.release()
+
+    # -- acquisition -------------------------------------------------------------------
+    def _start_background(self, trigger: str) -> None:
+        if not self._job_lock.acquire(blocking=False):
+            raise RuntimeError("an acquisition is already running; wait() for it first")
+        self._job_done.clear()
+        ctx = CommandContext(self, f"acquire-{uuid.uuid4().hex}")
+        self._running[ctx.request_id] = ctx  # the browser cancels it by this id
+
+        def job() -> None:
+            try:
+                self._acquire(ctx, trigger)
+            except CommandCancelled:
+                pass
+            except CommandError as exc:
+                self._report_error(ctx.request_id, str(exc))
+            except BaseException as exc:  # reported in the widget, never raised in a thread
+                self._report_error(
+                    ctx.request_id, f"store statistics failed: {type(exc).__name__}: {exc}", exc
+                )
+            finally:
+                self._running.pop(ctx.request_id, None)
+                self._job_done.set()
+                self._job_lock.release()
+
+        self._background_executor().submit(job)
+
+    def _set_step(self, ctx: CommandContext, trigger: str, index: int, **extra: Any) -> None:
+        self.acquisition = {
+            "id": ctx.request_id,
+            "state": "running",
+            "step": _STEPS[index],
+            "done": index,
+            "total": len(_STEPS),
+            "trigger": trigger,
+            "message": "",
+            **extra,
+        }
+        ctx.progress(index, len(_STEPS))
+
+    def _finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
+        self.acquisition = {
+            "id": ctx.request_id,
+            "state": state,
+            "step": "",
+            "done": len(_STEPS) if state == "done" else 0,
+            "total": len(_STEPS),
+            "trigger": trigger,
+            "message": message,
+        }
+
+    def _acquire(self, ctx: CommandContext, trigger: str) -> dict[str, Any]:
+        """Capture a request, acquire through the engine, publish the payload."""
+        self._job_error = None
+        self.status = "busy"
+        self.error = ""
+        self.error_traceback = ""
+        path = self._config.store_dir
+        try:
+            self._set_step(ctx, trigger, 0)
+            try:
+                request = capture_vin_offline_dataset_stats_request(
+                    self._config, max_samples=self.max_samples
+                )
+            except StoreNotFoundError as exc:
+                raise CommandError(
+                    f"no store at {path}: {exc}. If it is being replaced right now, "
+                    "Refresh again in a moment."
+                ) from exc
+            previous = self._request
+            replaced_between = previous is not None and request.generation != previous.generation
+            self._set_step(ctx, trigger, 1)
+            started = time.perf_counter()
+            try:
+                stats = _call_cancellable(lambda: inspect_vin_offline_dataset_stats(request), ctx)
+            except StoreReplacedError as exc:
+                self.replacement = {
+                    "replaced": True,
+                    "when": "during",
+                    "message": f"The store at {path} was replaced while its statistics were "
+                    f"being read; that acquisition was discarded and nothing from it is shown. "
+                    f"Refresh to read the new store. ({exc})",
+                    "previous_digest": previous.digest() if previous is not None else "",
+                    "current_digest": "",
+                }
+                if self._stats is not None:
+                    self.stale = True
+                raise CommandError(f"store replaced during acquisition: {exc}") from exc
+            engine_seconds = time.perf_counter() - started
+            self._set_step(ctx, trigger, 2)
+            payload = dashboard_payload(stats, request, engine_seconds=engine_seconds)
+            ctx.check_cancelled()
+            digest = request.digest()
+            if replaced_between:
+                assert previous is not None
+                self.replacement = {
+                    "replaced": True,
+                    "when": "between",
+                    "message": f"The store at {path} was replaced since the statistics shown "
+                    f"before were acquired (generation digest {previous.digest()[:12]}… → "
+                    f"{digest[:12]}…). Everything below is from the new store.",
+                    "previous_digest": previous.digest(),
+                    "current_digest": digest,
+                }
+            elif self.replacement.get("when") == "during" and previous is not None:
+                # The last attempt saw a replacement mid-read; this one read the new store.
+                self.replacement = {
+                    "replaced": True,
+                    "when": "between",
+                    "message": f"The store at {path} was replaced (generation digest "
+                    f"{previous.digest()[:12]}… → {digest[:12]}…). Everything below is from "
+                    "the new store.",
+                    "previous_digest": previous.digest(),
+                    "current_digest": digest,
+                }
+            else:
+                self.replacement = {"replaced": False}
+            self._stats = stats
+            self._request = request
+            self.payload = payload
+            self.stale = False
+            self._finish(ctx, trigger, "done")
+            self.status = "idle"
+            return {"digest": digest, "replaced": bool(self.replacement.get("replaced"))}
+        except CommandCancelled:
+            self._finish(ctx, trigger, "cancelled", "cancelled by the user")
+            self.status = "idle"
+            raise
+        except BaseException as exc:
+            self._job_error = exc
+            self._finish(ctx, trigger, "failed", str(exc))
+            if isinstance(exc, VinOfflineStoreError | OSError | ValueError) and not isinstance(
+                exc, CommandError
+            ):
+                raise CommandError(str(exc)) from exc
+            raise
+
+    # -- static fallback ---------------------------------------------------------------
+    def to_png(self) -> bytes:
+        """A matplotlib PNG of the headline numbers and histograms (needs finished stats)."""
+        from vinlens.plotting import plot_vin_offline_dataset_stats
+
+        stats = self._stats
+        if stats is None:
+            raise RuntimeError("no statistics yet; call wait() first")
+        figure = plot_vin_offline_dataset_stats(stats)
+        buffer = io.BytesIO()
+        try:
+            figure.savefig(buffer, format="png", dpi=90)
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+        return buffer.getvalue()
+
+    def _repr_html_(self) -> str:
+        return _static_html(self)
+
+
+def _static_html(widget: StoreDashboardWidget) -> str:
+    """Self-contained HTML (no scripts; every kernel string escaped) for nbconvert/GitHub."""
+    esc = html.escape
+    stats = widget.stats
+    request = widget.request
+    if stats is None or request is None:
+        state = widget.acquisition.get("state", "")
+        message = widget.acquisition.get("message") or widget.error
+        text = (
+            f"acquisition failed: {message}"
+            if state == "failed"
+            else "statistics are being acquired; call <code>wait()</code> on the widget and "
+            "display it again for a static summary"
+        )
+        return (
+            f"<div><strong>VIN store</strong> <code>{esc(widget.store_path)}</code>: "
+            f"{text if state != 'failed' else esc(text)}</div>"
+        )
+    rows = [
+        ("Path", stats.store_dir),
+        ("Format version", stats.version),
+        ("Generation digest", request.digest()),
+        ("Samples", f"{stats.num_samples:,} ({stats.sampled_samples:,} sampled)"),
+        ("Scenes", f"{stats.num_scenes:,}"),
+        ("Snippets", f"{stats.num_snippets:,}"),
+        ("Splits", ", ".join(f"{k} {v:,}" for k, v in stats.split_counts.items()) or "none"),
+        ("Numeric bytes", f"{stats.numeric_bytes:,}"),
+    ]
+    parts = ["<div class='vinlens-static-store'>", "<h4>VIN store diagnostics</h4>"]
+    if widget.replacement.get("replaced"):
+        parts.append(f"<p><strong>{esc(str(widget.replacement.get('message', '')))}</strong></p>")
+    parts.append("<table>")
+    parts += [f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows]
+    parts.append("</table>")
+    problems = dashboard_problems(stats)
+    if problems:
+        parts.append("<h5>Integrity problems and notices</h5><ul>")
+        parts += [
+            f"<li><strong>{esc(p['severity'])}: {esc(p['title'])}</strong> {esc(p['detail'])}</li>"
+            for p in problems
+        ]
+        parts.append("</ul>")
+    else:
+        parts.append("<p>No integrity problems found.</p>")
+    try:
+        png = widget.to_png()
+    except Exception as exc:  # the numbers above are still worth showing
+        parts.append(f"<p>(plots unavailable: {esc(type(exc).__name__)}: {esc(str(exc))})</p>")
+    else:
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f"<img alt='store diagnostics plots' src='data:image/png;base64,{data}'/>")
+    parts.append("</div>")
+    return "\n".join(parts)
