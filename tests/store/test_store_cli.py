@@ -1,0 +1,102 @@
+"""``vinlens store make-demo`` and ``vinlens store info`` through the real command line entry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from vinlens.cli import main
+from vinlens.store import cli as store_cli
+
+
+def test_make_demo_then_info_prints_an_aligned_manifest_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo"
+    assert (
+        main(
+            [
+                "store",
+                "make-demo",
+                str(path),
+                "--scenes",
+                "2",
+                "--snippets",
+                "3",
+                "--seed",
+                "4",
+                "--raw",
+                str(tmp_path / "raw"),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "samples              12" in out
+    assert "missing_in_store" in out
+    assert len(list((tmp_path / "raw").glob("*.tar"))) == 3
+
+    assert main(["store", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "format        vin-offline-store v1" in out
+    assert "scene_labels  true" in out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("shard  rows"))
+    columns = [
+        header.index(name)
+        for name in ("rows", "block", "kind", "dtype", "shape", "optional", "bytes")
+    ]
+    block_rows = [line for line in lines if line.startswith("0000")]
+    assert len(block_rows) == 2 * 9 - 1  # 2 shards x 9 blocks, last shard without candidate_ids
+    rri = next(line for line in block_rows if " rri " in line)
+    assert rri[columns[3] :].startswith("float32") and rri[columns[6] :].strip() == str(8 * 16 * 4)
+
+    assert main(["store", "info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_samples"] == 12
+
+
+def test_make_demo_refuses_an_existing_path_unless_replace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo"
+    assert main(["store", "make-demo", str(path), "--unlabelled"]) == 0
+    assert main(["store", "make-demo", str(path)]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert main(["store", "make-demo", str(path), "--replace", "--no-backbone"]) == 0
+    capsys.readouterr()
+    assert main(["store", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "backbone=no" in out and "scene_labels  true" in out
+
+
+def test_info_on_a_broken_store_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo"
+    assert main(["store", "make-demo", str(path)]) == 0
+    (path / "manifest.json").write_text('{"format": "vin-offline-store", "version": 9}')
+    assert main(["store", "info", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        str(path / "manifest.json") in err and "unsupported version 9" in err and "one of: 1" in err
+    )
+
+
+def test_store_group_loads_registered_command_modules(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = tmp_path / "extra_store_cmds.py"
+    module.write_text(
+        "def register_store_commands(sub):\n"
+        "    p = sub.add_parser('hello')\n"
+        "    p.set_defaults(handler=lambda args: print('hello from extension') or 0)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(store_cli, "STORE_COMMAND_MODULES", ("extra_store_cmds",))
+    parser = argparse.ArgumentParser()
+    store_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["store", "hello"])
+    assert args.handler(args) == 0
