@@ -9,9 +9,11 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vinlens.store.dataset import VinOfflineDataset
 from vinlens.store.format import NUMERIC_DTYPES, BlockKind
 from vinlens.store.reader import VinOfflineStoreReader, open_vin_offline_store
 from vinlens.store.records import RecordDecodeError, decode_record, encode_record
@@ -67,6 +69,10 @@ def test_every_block_kind_and_dtype_round_trips(tmp_path: Path, labelled: bool) 
         for index, sample in enumerate(written):
             _assert_same_sample(reader.read_sample(index), sample)
         assert [row.sample_key for row in reader.samples] == [s.sample_key for s in written]
+    # The torch view keeps dtypes and shapes, including a per-row scalar field.
+    item = VinOfflineDataset(record.config)[0]
+    assert item.backbone["scalar"].shape == () and item.backbone["half"].dtype == torch.float16
+    assert float(item.backbone["scalar"]) == float(written[0].backbone["scalar"])
 
 
 def test_nan_rri_and_invalid_candidates_survive_unchanged(small_store) -> None:

@@ -592,7 +592,7 @@ class VinOfflineStoreReader:
         key = (shard_id, name)
         cached = self._row_cache.get(key)
         if cached is not None and cached[0] <= row < cached[1]:
-            return cached[2][row - cached[0]].copy()
+            return np.array(cached[2][row - cached[0]])
         if not 0 <= row < block.spec.num_rows:
             raise IndexError(
                 f"{self.access.describe(block.path)}: row {row} outside 0:{block.spec.num_rows}"
@@ -601,7 +601,7 @@ class VinOfflineStoreReader:
         stop = min(start + block.row_chunk, block.spec.num_rows)
         data = self.read_rows(shard_id, name, start, stop)
         self._row_cache[key] = (start, stop, data)
-        return data[row - start].copy()
+        return np.array(data[row - start])
 
     def iter_row_batches(
         self, shard_id: str, name: str, *, max_bytes: int = DEFAULT_BATCH_BYTES
@@ -650,10 +650,10 @@ class VinOfflineStoreReader:
             raise CorruptRecordError(
                 f"first offset is {int(offsets[0])}", path=offsets_path, expected="first offset 0"
             )
-        decreasing = (
+        decreasing: np.ndarray = (
             np.flatnonzero(np.diff(offsets.astype(np.int64, copy=False)) < 0)
             if offsets.size > 1
-            else []
+            else np.zeros(0, dtype=np.int64)
         )
         huge = np.flatnonzero(offsets > np.uint64(data_size))
         if (

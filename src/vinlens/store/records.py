@@ -70,7 +70,8 @@ def _encode_value(value: Any) -> Any:
 def encode_record(record: Mapping[str, Any]) -> bytes:
     """One record (a map with string keys; ndarrays become ndarray maps) as msgpack bytes."""
     payload = _encode_value(record)
-    return msgpack.packb(payload, use_bin_type=True, strict_types=False)
+    packed: bytes = msgpack.packb(payload, use_bin_type=True, strict_types=False)
+    return packed
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
