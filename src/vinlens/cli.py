@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 # Modules exposing ``register(subparsers: argparse._SubParsersAction) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
+    "vinlens.cli_model",
     "vinlens.store.cli",
     "vinlens.demo.cli",
 )
