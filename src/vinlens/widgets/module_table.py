@@ -113,13 +113,13 @@ class ModuleTableState(BrowserSafeState):
     selected_paths = traitlets.List(traitlets.Any()).tag(sync=True)
     tree_view = traitlets.Bool(True).tag(sync=True)
 
-    def _set_metadata(self, metadata: Any) -> None:
+    def _set_metadata(self, metadata: Any, *, send_table: bool = True) -> None:
         self._metadata = metadata
         self._path_index: dict[str, int] = {m.path: i for i, m in enumerate(metadata.modules)}
-        table, summary = module_table_payload(metadata)
+        table, summary = module_table_payload(metadata) if send_table else ({}, {})
         with self.hold_sync():
+            self.model_summary = summary  # before the table: the browser reads both on change
             self.modules = table
-            self.model_summary = summary
             self.selected_paths = [p for p in self.selected_paths if p in self._path_index]
 
     @traitlets.validate("selected_paths")

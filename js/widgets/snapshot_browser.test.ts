@@ -1,0 +1,167 @@
+import { describe, expect, it, vi } from "vitest";
+import { FakeModel, dataView } from "../lib/fake-model";
+import { histogram, histogramSvg } from "../lib/histogram";
+import widget, { Snapshots, snapshotsCsv } from "./snapshot_browser";
+
+function strings(name: string, values: string[]) {
+  const enc = new TextEncoder();
+  const bytes = values.map((v) => enc.encode(v));
+  const offsets = new Uint32Array(values.length + 1);
+  bytes.forEach((b, i) => { offsets[i + 1] = offsets[i] + b.length; });
+  const data = new Uint8Array(offsets[values.length]);
+  bytes.forEach((b, i) => data.set(b, offsets[i]));
+  return { name, dtype: "string", offsets: dataView(offsets), data: dataView(data) };
+}
+const ints = (name: string, values: number[]) => ({ name, dtype: "int32", data: dataView(Int32Array.from(values)) });
+
+/** What snapshot_table_payload() sends for three snapshots. */
+function payload() {
+  const rows = [
+    ["<img src=x onerror=__pwned=1>", 0, "input", "args[0]", "[2,3]", "torch.float32", "cpu", 6, 24, "", 0, 6],
+    ["head", 0, "output", "output", "[2]", "torch.bool", "cpu", 2, 2, "", 6, 2],
+    ["head", 0, "output", "output[1]", "[2]", "torch.complex64", "cpu", 2, 0, "complex dtype", 8, 0],
+  ] as const;
+  const col = (i: number) => rows.map((r) => r[i]);
+  return {
+    table: {
+      $table: {
+        length: rows.length,
+        columns: [
+          strings("module_path", col(0) as string[]), ints("call_index", col(1) as number[]),
+          strings("direction", col(2) as string[]), strings("tensor_path", col(3) as string[]),
+          strings("shape", col(4) as string[]), strings("dtype", col(5) as string[]),
+          strings("device", col(6) as string[]), ints("numel", col(7) as number[]),
+          ints("sampled_bytes", col(8) as number[]), strings("sample_omission_reason", col(9) as string[]),
+          ints("values_start", col(10) as number[]), ints("values_count", col(11) as number[]),
+        ],
+      },
+    },
+    values: { $array: { dtype: "float64", shape: [8], data: dataView(Float64Array.from([0.5, -1, NaN, 3, 4, 5, 0, 1])) } },
+  };
+}
+
+function setup(state: Record<string, any> = {}) {
+  const model = new FakeModel<any>({
+    modules: {}, model_summary: {}, selected_paths: ["head"], tree_view: true,
+    snapshot_table: payload(),
+    capture_summary: { tensors: 3, max_tensors: 64, sampled_bytes: 26, max_bytes: 16384, modules: 2, ok: true, error: null },
+    limits: { max_tensors: 64, max_samples_per_tensor: 32, max_bytes: 16384, max_traversal_nodes: 4096, max_container_depth: 32 },
+    can_capture: true, embedded_table: false,
+    status: "idle", error: "", error_traceback: "",
+    ...state,
+  });
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanup = widget.render({ model, el } as any);
+  return { model, el, cleanup };
+}
+
+const rowEl = (el: HTMLElement, r: number) => el.querySelector<HTMLElement>(`.vl-sb-results .vl-vt-row[data-row="${r}"]`)!;
+
+describe("snapshot browser", () => {
+  it("shows snapshots, quota usage and hostile names as text", () => {
+    const { el } = setup();
+    expect(el.querySelectorAll(".vl-sb-results .vl-vt-row:not([hidden])").length).toBe(3);
+    expect(rowEl(el, 0).querySelector('[data-key="module_path"]')!.textContent).toBe("<img src=x onerror=__pwned=1>");
+    expect(el.querySelector("img")).toBeNull();
+    expect(el.querySelector(".vl-sb-tensors")!.textContent).toBe("3 / 64");
+    expect(el.querySelector(".vl-sb-bytes")!.textContent).toBe("26 / 16,384");
+    expect((el.querySelector(".vl-sb-tensors-meter") as HTMLProgressElement).value).toBe(3);
+    expect(el.querySelector(".vl-sb-linked")!.textContent).toContain("head");
+  });
+
+  it("row detail shows the sampled values, a histogram, or why nothing was sampled", () => {
+    const { el } = setup();
+    rowEl(el, 0).click();
+    const values = Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent);
+    expect(values).toEqual(["0.5", "-1", "NaN", "3", "4", "5"]);
+    const svg = el.querySelector("svg.vl-hist")!;
+    expect(svg.querySelectorAll("rect").length).toBeGreaterThan(1);
+    expect(svg.getAttribute("aria-label")).toContain("1 NaN/infinite not shown");
+    expect(el.querySelector(".vl-sb-facts")!.textContent).toContain("6 of 6 values");
+    rowEl(el, 1).click();
+    expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["false", "true"]);
+    rowEl(el, 2).click();
+    expect(el.querySelector(".vl-sb-reason")!.textContent).toContain("complex dtype");
+    expect(el.querySelector("svg.vl-hist")).toBeNull();
+  });
+
+  it("Capture sends the selection and limits; kernel errors are shown", async () => {
+    const { el, model } = setup();
+    const input = el.querySelector<HTMLInputElement>('input[name="max_tensors"]')!;
+    expect(input.value).toBe("64");
+    input.value = "0";
+    input.dispatchEvent(new Event("input"));
+    expect(input.getAttribute("aria-invalid")).toBe("true");
+    expect(el.querySelector(".vl-sb-limit-problem")!.textContent).toContain("max_tensors must be a positive whole number");
+    expect(model.get("limits").max_tensors).toBe(64); // invalid values are not synced
+    (el.querySelector(".vl-sb-capture") as HTMLButtonElement).click();
+    const sent = model.sent.at(-1)!.content;
+    expect(sent).toMatchObject({ kind: "command", name: "capture", args: { module_paths: ["head"], limits: { max_tensors: 0, max_bytes: 16384 } } });
+    expect((el.querySelector(".vl-sb-capture") as HTMLButtonElement).disabled).toBe(true);
+    model.receive({ kind: "error", id: sent.id, message: "capture: CaptureLimits.max_tensors must be a positive int, got 0", traceback: "" });
+    await vi.waitFor(() => expect((el.querySelector(".vl-sb-capture") as HTMLButtonElement).disabled).toBe(false));
+    const box = el.querySelector(".vl-error") as HTMLElement;
+    expect(box.hidden).toBe(false);
+    expect(box.textContent).toContain("max_tensors must be a positive int");
+    input.value = "10";
+    input.dispatchEvent(new Event("input"));
+    expect(model.get("limits").max_tensors).toBe(10);
+  });
+
+  it("shows a failure from run() with its traceback via the error traitlets", () => {
+    const { el, model } = setup();
+    model.kernelSet("error_traceback", "Traceback (most recent call last):\n  File run\nRuntimeError: boom <b>x</b>");
+    model.kernelSet("error", "capture failed: RuntimeError: boom");
+    model.kernelSet("capture_summary", { tensors: 1, max_tensors: 64, sampled_bytes: 4, max_bytes: 100, modules: 1, ok: false, error: "RuntimeError: boom" });
+    expect(el.querySelector(".vl-error-traceback")!.textContent).toContain("RuntimeError: boom <b>x</b>");
+    expect(el.querySelector(".vl-error-traceback b")).toBeNull();
+    expect(el.querySelector(".vl-sb-result-note")!.textContent).toContain("Partial: run() raised RuntimeError: boom");
+  });
+
+  it("builds the CSV with the export columns and downloads it", () => {
+    const { el } = setup();
+    const snaps = new Snapshots(payload());
+    const csv = snapshotsCsv(snaps).split("\r\n");
+    expect(csv[0]).toBe("module_path,call_index,direction,tensor_path,shape,dtype,device,numel,sampled_bytes,values,sample_omission_reason");
+    expect(csv[1]).toBe('<img src=x onerror=__pwned=1>,0,input,args[0],"[2,3]",torch.float32,cpu,6,24,"[0.5,-1,""NaN"",3,4,5]",');
+    expect(csv[2]).toContain(',"[false,true]",');
+    expect(csv[3].endsWith(",[],complex dtype")).toBe(true);
+    const created = vi.fn((_blob: Blob) => "blob:x");
+    (URL as any).createObjectURL = created; // jsdom has no object URLs
+    (URL as any).revokeObjectURL = () => {};
+    const clicked = vi.spyOn(HTMLAnchorElement.prototype, "click").mockImplementation(() => {});
+    (el.querySelector(".vl-sb-download") as HTMLButtonElement).click();
+    expect(created).toHaveBeenCalledTimes(1);
+    expect(created.mock.calls[0][0].type).toBe("text/csv;charset=utf-8");
+    expect(clicked).toHaveBeenCalled();
+  });
+
+  it("embeds the module table when not linked; read-only view hides the controls", () => {
+    const { el } = setup({ embedded_table: true });
+    expect(el.querySelector(".vl-sb-picker .vl-mt")).not.toBeNull();
+    const ro = setup({ can_capture: false });
+    expect((ro.el.querySelector(".vl-sb-controls") as HTMLElement).hidden).toBe(true);
+    expect(ro.el.querySelectorAll(".vl-sb-results .vl-vt-row:not([hidden])").length).toBe(3);
+  });
+
+  it("cleans up", () => {
+    const { model, cleanup } = setup({ embedded_table: true });
+    cleanup();
+    expect(model.listenerCount("change:snapshot_table")).toBe(0);
+    expect(model.listenerCount("change:selected_paths")).toBe(0);
+    expect(model.listenerCount("msg:custom")).toBe(0);
+  });
+});
+
+describe("histogram", () => {
+  it("bins finite values and counts the rest", () => {
+    const hh = histogram([0, 1, 2, 3, NaN, Infinity], 3);
+    expect(hh.counts).toEqual([1, 1, 2]);
+    expect([hh.min, hh.max, hh.nonFinite]).toEqual([0, 3, 2]);
+    expect(histogram([5, 5, 5]).counts).toEqual([3]);
+    expect(histogram([]).counts).toEqual([]);
+    const svg = histogramSvg([NaN]);
+    expect(svg.querySelector("title")!.textContent).toBe("No finite values to plot");
+  });
+});

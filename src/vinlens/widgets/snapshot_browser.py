@@ -1,0 +1,304 @@
+"""SnapshotBrowserWidget: pick modules, set quotas, capture bounded tensor snapshots, browse them.
+
+The user's ``run`` is a zero-argument callable that does an ordinary forward pass. A
+capture (the browser's Capture button, or :meth:`SnapshotBrowserWidget.capture`) wraps
+it in ``capture_model`` for the selected module paths and limits, then publishes the
+snapshots as one binary table: metadata columns plus every sampled value in one flat
+float64 array addressed by ``values_start``/``values_count``. The user code runs on the
+kernel's main thread, as it would in a cell. If it raises, the snapshots taken before
+the failure are still shown, the error and its traceback appear in the widget, the
+kernel keeps going and the engine has removed its hooks.
+
+:class:`SnapshotTableWidget` shows the snapshots of a capture the user ran themselves
+(``vinlens.show(capture)``), read-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import traitlets
+from torch import nn
+
+from vinlens.widgets._base import CommandError, command, widget_asset
+from vinlens.widgets._payload import encode_array, encode_table
+from vinlens.widgets.module_table import (
+    BrowserSafeState,
+    ModuleTableState,
+    ModuleTableWidget,
+    _inspect,
+    _unknown_paths_message,
+)
+
+__all__ = [
+    "SnapshotBrowserWidget",
+    "SnapshotTableWidget",
+    "parse_limits",
+    "snapshot_table_payload",
+]
+
+
+def _limit_fields() -> tuple[str, ...]:
+    from vinlens.model_inspection import CaptureLimits
+
+    return tuple(f.name for f in dataclasses.fields(CaptureLimits))
+
+
+def parse_limits(raw: Any) -> Any:
+    """A ``CaptureLimits`` from a ``CaptureLimits``, a mapping of its fields, or None.
+
+    Missing fields keep their defaults; unknown fields and non-positive or non-integer
+    values are errors naming the field (the engine's own validation).
+    """
+    from vinlens.model_inspection import CaptureLimits
+
+    if raw is None:
+        return CaptureLimits()
+    if isinstance(raw, CaptureLimits):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise TypeError(
+            f"limits must be a CaptureLimits, a mapping of its fields or None, "
+            f"got {type(raw).__module__}.{type(raw).__qualname__}"
+        )
+    fields = _limit_fields()
+    unknown = [str(k) for k in raw if k not in fields]
+    if unknown:
+        raise ValueError(
+            f"unknown capture limit(s) {', '.join(map(repr, unknown))}; "
+            f"expected some of {', '.join(fields)}"
+        )
+    return CaptureLimits(**{str(k): v for k, v in raw.items()})
+
+
+def _limits_dict(limits: Any) -> dict[str, int]:
+    return {name: int(getattr(limits, name)) for name in _limit_fields()}
+
+
+def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
+    """Snapshots as one binary table plus the flat array of all sampled values."""
+    n = len(snapshots)
+    counts = np.fromiter((len(s.values) for s in snapshots), np.int64, n)
+    starts = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(counts[:-1], out=starts[1:])
+    flat = np.fromiter(
+        (float(v) for s in snapshots for v in s.values), np.float64, int(counts.sum())
+    )
+    table = encode_table(
+        {
+            "module_path": [s.module_path for s in snapshots],
+            "call_index": np.fromiter((s.call_index for s in snapshots), np.int64, n),
+            "direction": [s.direction for s in snapshots],
+            "tensor_path": [s.tensor_path for s in snapshots],
+            "shape": [json.dumps(list(s.shape), separators=(",", ":")) for s in snapshots],
+            "dtype": [s.dtype for s in snapshots],
+            "device": [s.device for s in snapshots],
+            "numel": np.fromiter((s.numel for s in snapshots), np.int64, n),
+            "sampled_bytes": np.fromiter((s.sampled_bytes for s in snapshots), np.int64, n),
+            "sample_omission_reason": [s.sample_omission_reason or "" for s in snapshots],
+            "values_start": starts,
+            "values_count": counts,
+        }
+    )
+    return {"table": table, "values": encode_array(flat)}
+
+
+class SnapshotView(BrowserSafeState):
+    """Traitlets and export of a snapshot table (shared by the browser and the read-only view)."""
+
+    snapshot_table = traitlets.Dict().tag(sync=True)
+    capture_summary = traitlets.Dict().tag(sync=True)
+    limits = traitlets.Dict().tag(sync=True)
+    can_capture = traitlets.Bool(False).tag(sync=True)
+    embedded_table = traitlets.Bool(False).tag(sync=True)
+
+    _capture: Any = None
+
+    @traitlets.validate("limits")
+    def _validate_limits(self, proposal: Mapping[str, Any]) -> dict[str, int]:
+        try:
+            return _limits_dict(parse_limits(proposal["value"]))
+        except (TypeError, ValueError) as exc:
+            raise traitlets.TraitError(f"invalid capture limits: {exc}") from exc
+
+    def _publish(self, capture: Any, error: BaseException | None) -> None:
+        snapshots = capture.snapshots
+        limits = getattr(capture, "limits", None)
+        with self.hold_sync():
+            self.capture_summary = {
+                "tensors": len(snapshots),
+                "max_tensors": None if limits is None else limits.max_tensors,
+                "sampled_bytes": int(capture.sampled_bytes),
+                "max_bytes": None if limits is None else limits.max_bytes,
+                "modules": len({s.module_path for s in snapshots}),
+                "ok": error is None,
+                "error": None if error is None else f"{type(error).__name__}: {error}",
+            }
+            self.snapshot_table = snapshot_table_payload(snapshots)
+
+    @property
+    def last_capture(self) -> Any:
+        """The ``ModelCapture`` shown, or None before the first capture."""
+        return self._capture
+
+    @property
+    def snapshots(self) -> tuple[Any, ...]:
+        """The ``TensorSnapshot`` records shown (empty before the first capture)."""
+        return () if self._capture is None else tuple(self._capture.snapshots)
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per snapshot (``TensorSnapshot`` fields)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self.snapshots)
+
+    def to_dataframe(self) -> Any:
+        """The snapshots as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self.snapshots)
+
+    def export(self, path: str | Path) -> Path:
+        """Write the snapshots to CSV, JSON or Parquet, chosen by the suffix."""
+        from vinlens.export import export
+
+        return export(self.snapshots, path)
+
+
+class SnapshotTableWidget(SnapshotView):
+    """The snapshots of an existing ``ModelCapture``, read-only (what ``vinlens.show`` gives)."""
+
+    _esm = widget_asset("snapshot_browser.js")
+    _css = widget_asset("snapshot_browser.css")
+
+    def __init__(self, capture: Any, **kwargs: Any) -> None:
+        if not hasattr(capture, "snapshots") or not hasattr(capture, "sampled_bytes"):
+            raise TypeError(
+                "SnapshotTableWidget expects a ModelCapture, got "
+                f"{type(capture).__module__}.{type(capture).__qualname__}"
+            )
+        super().__init__(can_capture=False, **kwargs)
+        limits = getattr(capture, "limits", None)
+        if limits is not None:
+            self.limits = _limits_dict(limits)
+        self._capture = capture
+        self._publish(capture, None)
+
+
+class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
+    """Choose modules and quotas in the browser, capture around ``run()``, browse the tensors.
+
+    Args:
+        model: the constructed model whose modules may be captured.
+        run: zero-argument callable doing an ordinary forward pass of ``model``.
+        limits: a ``CaptureLimits`` (or a mapping of its fields); None for defaults.
+        module_table: a ``ModuleTableWidget`` of the same model whose selection drives the
+            capture (linked both ways); without it the browser embeds its own table.
+        module_paths: initially selected module paths.
+
+    An empty selection captures every module (``module_paths=None``), bounded by the
+    quotas as always.
+    """
+
+    _esm = widget_asset("snapshot_browser.js")
+    _css = widget_asset("snapshot_browser.css")
+
+    def __init__(
+        self,
+        model: nn.Module,
+        run: Callable[[], Any],
+        limits: Any = None,
+        *,
+        module_table: ModuleTableWidget | None = None,
+        module_paths: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
+        metadata = _inspect(model)
+        if not callable(run):
+            raise TypeError(
+                f"run must be a zero-argument callable doing a forward pass, "
+                f"got {type(run).__module__}.{type(run).__qualname__}"
+            )
+        if module_table is not None:
+            if not isinstance(module_table, ModuleTableWidget):
+                raise TypeError(
+                    "module_table must be a ModuleTableWidget, got "
+                    f"{type(module_table).__module__}.{type(module_table).__qualname__}"
+                )
+            if module_table.model is not model:
+                raise ValueError("module_table shows a different model than the one to capture")
+        super().__init__(can_capture=True, embedded_table=module_table is None, **kwargs)
+        self.model = model
+        self.run = run
+        self.module_table = module_table
+        self.limits = _limits_dict(parse_limits(limits))
+        self._set_metadata(metadata, send_table=module_table is None)
+        self.selected_paths = list(module_paths)
+        if module_table is not None:
+            if not module_paths:
+                self.selected_paths = list(module_table.selected_paths)
+            self._link = traitlets.link((module_table, "selected_paths"), (self, "selected_paths"))
+        self.snapshot_table = snapshot_table_payload(())
+
+    def capture(
+        self, module_paths: Sequence[str] | None = None, limits: Any = None
+    ) -> tuple[Any, ...]:
+        """Capture around ``run()`` and show the result; returns the snapshots.
+
+        ``module_paths`` defaults to the selection (all modules when nothing is
+        selected), ``limits`` to the current ``limits``. An exception from ``run``
+        propagates after the partial snapshots and the error are shown.
+        """
+        paths = self._checked_paths(self.selected_paths if module_paths is None else module_paths)
+        chosen = parse_limits(self.limits if limits is None else limits)
+        return self._capture_with(paths, chosen).snapshots
+
+    def _checked_paths(self, module_paths: Any) -> list[str] | None:
+        if isinstance(module_paths, str) or not isinstance(module_paths, Sequence):
+            raise TypeError(
+                f"module_paths must be a list of module paths, got {type(module_paths).__name__}"
+            )
+        rejected = [p for p in module_paths if not (isinstance(p, str) and p in self._path_index)]
+        if rejected:
+            raise ValueError(_unknown_paths_message(rejected, self._path_index))
+        return list(dict.fromkeys(module_paths)) or None
+
+    def _capture_with(self, module_paths: list[str] | None, limits: Any) -> Any:
+        from vinlens.model_inspection import capture_model
+
+        capture = capture_model(self.model, module_paths=module_paths, limits=limits)
+        failure: BaseException | None = None
+        self.status = "busy"
+        try:
+            with capture:
+                self.run()
+        except BaseException as exc:  # the user's forward; shown, then re-raised
+            failure = exc
+        finally:
+            capture.close()  # idempotent: the context already removed its hooks
+        self._capture = capture
+        self.limits = _limits_dict(limits)
+        self._publish(capture, failure)
+        if failure is not None:
+            self._report_error("", f"run() raised {type(failure).__name__}: {failure}", failure)
+            raise failure
+        self.error = ""
+        self.error_traceback = ""
+        self.status = "idle"
+        return capture
+
+    @command("capture")
+    def _capture_command(self, args: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
+        try:
+            paths = self._checked_paths(args.get("module_paths", self.selected_paths))
+            limits = parse_limits(args.get("limits", self.limits))
+        except (TypeError, ValueError) as exc:
+            raise CommandError(f"capture: {exc}") from exc
+        self._capture_with(paths, limits)
+        return dict(self.capture_summary)
