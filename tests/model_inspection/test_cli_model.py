@@ -1,0 +1,105 @@
+"""``vinlens model``: table, truncation, JSON and the capture summary, through cli.main."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from vinlens.cli import main
+from vinlens.cli_model import example_inputs
+
+SMALL_TRANSFORMER = [
+    "torch.nn.Transformer",
+    "--d-model",
+    "16",
+    "--arg",
+    "nhead=2",
+    "--arg",
+    "num_encoder_layers=1",
+    "--arg",
+    "num_decoder_layers=1",
+    "--arg",
+    "dim_feedforward=32",
+    "--batch-first",
+]
+
+
+def test_table_is_truncated_with_a_count_and_capture_is_summarised(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["model", *SMALL_TRANSFORMER, "--limit", "5", "--snapshots", "3"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("torch.nn.modules.transformer.Transformer: ")
+    header = lines[2].split()
+    assert header == ["path", "type", "params", "trainable", "buffers", "training"]
+    assert lines[4].split()[:2] == ["<root>", "Transformer"]
+    assert "... 26 more modules (use --all to list every module)" in out
+    quota = re.search(r"snapshots (\d+)/64, sampled bytes ([\d,]+)/16,384", out)
+    assert quota is not None
+    count = int(quota.group(1))
+    assert 0 < count <= 64
+    assert "(2, 10, 16) float32, (2, 9, 16) float32" in out
+    rows = lines[lines.index(next(line for line in lines if line.startswith("module "))) + 2 :]
+    assert rows[0].split()[:6] == ["<root>", "0", "input", "args[0]", "2x10x16", "float32"]
+    assert f"... {count - 3} more snapshots" in out
+
+
+def test_all_lists_every_module(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", *SMALL_TRANSFORMER, "--all", "--no-capture"]) == 0
+    out = capsys.readouterr().out
+    assert "more modules" not in out and "Capture" not in out
+    assert "decoder.layers.0.multihead_attn.out_proj" in out
+
+
+def test_json_is_complete_and_parseable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "model",
+                "torch.nn.Conv2d",
+                "--arg",
+                "in_channels=3",
+                "--arg",
+                "out_channels=4",
+                "--arg",
+                "kernel_size=3",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["model"]["total_parameters"] == 3 * 4 * 9 + 4
+    assert payload["model"]["modules"][0]["path"] == "<root>"
+    capture = payload["capture"]
+    assert capture["inputs"] == [{"shape": [2, 3, 32, 32], "dtype": "torch.float32"}]
+    assert [s["direction"] for s in capture["snapshots"]] == ["input", "output"]
+    assert capture["snapshots"][1]["shape"] == [2, 4, 30, 30]
+    assert capture["sampled_bytes"] == 2 * 32 * 4
+
+
+def test_input_shape_for_containers_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "nn.Flatten", "--input-shape", "2,3,4"]) == 0
+    assert "(2, 3, 4) float32" in capsys.readouterr().out
+    assert main(["model", "nn.Flatten"]) == 1
+    assert "pass --input-shape" in capsys.readouterr().err
+    assert main(["model", "torch.nn.NotAThing"]) == 1
+    assert "not an nn.Module class" in capsys.readouterr().err
+    assert main(["model", "no_such_package.Model"]) == 1
+    assert "cannot import 'no_such_package'" in capsys.readouterr().err
+    assert main(["model", "nn.Linear", "--arg", "bogus"]) == 1
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["model", "nn.Linear", "--arg", "in_features=2"]) == 1
+    assert "cannot construct torch.nn.Linear" in capsys.readouterr().err
+
+
+def test_example_inputs_follow_the_layer() -> None:
+    lstm = torch.nn.LSTM(input_size=7, hidden_size=3, batch_first=True)
+    assert example_inputs(lstm, batch=4, seq_len=5)[0].shape == (4, 5, 7)
+    embedding = torch.nn.Sequential(torch.nn.Embedding(11, 4), torch.nn.Linear(4, 2))
+    (tokens,) = example_inputs(embedding, batch=2, seq_len=3)
+    assert tokens.dtype == torch.int64 and int(tokens.max()) < 11
