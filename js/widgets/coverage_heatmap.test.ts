@@ -74,7 +74,7 @@ afterEach(() => { document.body.replaceChildren(); });
 function mount(model: FakeModel<CoverageModel>) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanup = render({ model: model as any, el, experimental: {} as any });
+  const cleanup = render({ model: model as any, el } as any);
   return { el, cleanup };
 }
 

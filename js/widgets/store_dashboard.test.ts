@@ -76,7 +76,7 @@ function makeModel(state: Partial<DashboardModel> = {}) {
 function mount(model: FakeModel<DashboardModel>) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanup = render({ model: model as any, el, experimental: {} as any });
+  const cleanup = render({ model: model as any, el } as any);
   return { el, cleanup };
 }
 
