@@ -19,7 +19,7 @@ from vinlens.store.format import BlockKind
 __all__ = ["STORE_COMMAND_MODULES", "format_table", "register"]
 
 # Modules exposing ``register_store_commands(store_subparsers) -> None``.
-STORE_COMMAND_MODULES: tuple[str, ...] = ()
+STORE_COMMAND_MODULES: tuple[str, ...] = ("vinlens.store.cli_diagnostics",)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -61,7 +61,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,7 @@ __all__ = [
     "collect_vin_offline_dataset_coverage",
     "collect_vin_offline_dataset_stats",
     "inspect_vin_offline_dataset_stats",
+    "inspect_vin_offline_dataset_stats_with_progress",
     "select_vin_offline_sample_indices",
 ]
 
@@ -761,16 +762,23 @@ class _StatsScan:
 
     # ---- per shard ------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, progress_cb: Callable[[int, int], None] | None = None) -> None:
         by_shard: dict[str, list[int]] = {}
         samples = self.reader.samples
         for index in self.selected:
             by_shard.setdefault(samples[index].shard_id, []).append(index)
+        total = len(self.selected)
+        done = 0
+        if progress_cb is not None:
+            progress_cb(0, total)
         for shard in self.manifest.shards:
             indices = by_shard.get(shard.shard_id)
             if not indices:
                 continue
+            done += len(indices)
             if (shard.shard_id, None) in self.broken:
+                if progress_cb is not None:
+                    progress_cb(done, total)
                 continue  # shard directory missing: already an integrity problem
             indices.sort(key=lambda i: samples[i].row)
             rows = [samples[i].row for i in indices]
@@ -780,6 +788,8 @@ class _StatsScan:
             self._backbone(shard.shard_id, rows)
             self._vin_points(shard.shard_id, rows, sample_of_row)
             self._memory(shard.shard_id, rows)
+            if progress_cb is not None:
+                progress_cb(done, total)
 
     def _usable(self, shard_id: str, name: str) -> bool:
         spec = self.reader.block_spec(shard_id, name)
@@ -1338,6 +1348,17 @@ def inspect_vin_offline_dataset_stats(
     nothing is returned. Errors met while reading a store that was replaced meanwhile
     are reported as that replacement.
     """
+    return inspect_vin_offline_dataset_stats_with_progress(request, None)
+
+
+def inspect_vin_offline_dataset_stats_with_progress(
+    request: VinOfflineDatasetStatsRequest,
+    progress_cb: Callable[[int, int], None] | None,
+) -> VinOfflineDatasetStats:
+    """:func:`inspect_vin_offline_dataset_stats` calling ``progress_cb(rows_done, rows_total)``.
+
+    Called with ``rows_done=0`` first and after each shard (for CLIs and widgets).
+    """
     path = request.selection.store_dir
     if _current_generation(path) != request.generation:
         raise _replaced(request, "before the read started")
@@ -1353,7 +1374,7 @@ def inspect_vin_offline_dataset_stats(
             raise _replaced(request, "between the request and the read")
         try:
             scan = _StatsScan(reader, request.max_samples)
-            scan.run()
+            scan.run(progress_cb)
             preview_rows = sorted(scan.summary_rows)[:BATCH_PREVIEW_SIZE]
             shapes, batch_ok, problem = _batch_preview(reader, preview_rows, scan.labels)
             if problem is not None:
