@@ -93,6 +93,15 @@ class BrowserSafeState(VinlensWidget):
     would raise there. Here it becomes the widget's error message and the old value stays.
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        # traitlets only warns about unknown keywords; a typo should fail where it is made.
+        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
+            )
+        super().__init__(**kwargs)
+
     def set_state(self, sync_data: Any) -> None:
         try:
             super().set_state(sync_data)
