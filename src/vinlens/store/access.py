@@ -103,6 +103,16 @@ class StoreAccess(ABC):
     def read_range(self, rel: str, start: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``start``; shorter only at end of file."""
 
+    def read_range_into(self, rel: str, start: int, buffer: memoryview) -> int:
+        """Fill ``buffer`` from byte ``start`` of ``rel``; returns the bytes read (short at EOF).
+
+        Lets readers decode straight into their output arrays without an extra copy.
+        """
+        data = self.read_range(rel, start, buffer.nbytes)
+        flat = buffer.cast("B")
+        flat[: len(data)] = data
+        return len(data)
+
     @abstractmethod
     def open_binary(self, rel: str) -> IO[bytes]:
         """A read-only, seekable binary file object (caller closes it)."""
@@ -165,15 +175,23 @@ class LocalStoreAccess(StoreAccess):
         return tuple(sorted(os.listdir(self._path(rel))))
 
     def walk_files(self, rel: str = "", *, suffix: str | None = None) -> Iterator[str]:
-        base = self._path(rel)
+        # scandir with plain strings: listing chunk files is on the reader's open path.
+        base = os.fspath(self._path(rel))
         prefix = f"{rel}/" if rel else ""
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            sub = os.path.relpath(dirpath, base)
-            sub_prefix = prefix if sub == "." else f"{prefix}{Path(sub).as_posix()}/"
-            for name in sorted(filenames):
-                if suffix is None or name.endswith(suffix):
-                    yield f"{sub_prefix}{name}"
+        stack = [("", base)]
+        while stack:
+            sub, directory = stack.pop()
+            try:
+                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            except NotADirectoryError:
+                continue
+            dirs = []
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    dirs.append((f"{sub}{entry.name}/", entry.path))
+                elif suffix is None or entry.name.endswith(suffix):
+                    yield f"{prefix}{sub}{entry.name}"
+            stack.extend(reversed(dirs))
 
     def read_bytes(self, rel: str) -> bytes:
         return self._path(rel).read_bytes()
@@ -219,6 +237,19 @@ class LocalStoreAccess(StoreAccess):
             remaining -= len(chunk)
             offset += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_range_into(self, rel: str, start: int, buffer: memoryview) -> int:
+        if start < 0:
+            raise ValueError(f"{self.describe(rel)}: invalid byte range start={start}")
+        flat = buffer.cast("B") if buffer.format != "B" or buffer.ndim != 1 else buffer
+        fd = self._fd(rel)
+        done = 0
+        while done < flat.nbytes:
+            n = os.preadv(fd, [flat[done:]], start + done)
+            if n == 0:
+                break
+            done += n
+        return done
 
     def open_binary(self, rel: str) -> IO[bytes]:
         return open(self._path(rel), "rb")

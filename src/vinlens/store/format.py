@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "BACKBONE_DTYPES",
@@ -581,6 +589,9 @@ def parse_sample_index_line(line: bytes | str, *, path: str, line_number: int) -
         raise SampleIndexError(msg, path=path, location=f"{where}, field {loc}") from exc
 
 
+_SAMPLE_ROWS: Final = TypeAdapter(list[SampleIndexRow])
+
+
 def parse_sample_index(
     data: bytes, *, path: str, manifest: VinOfflineManifest | None = None
 ) -> tuple[SampleIndexRow, ...]:
@@ -590,20 +601,32 @@ def parse_sample_index(
     unique; with a manifest: the line count equals ``num_samples``, every ``shard_id`` is
     declared, every ``row`` is inside its shard, and no shard row is claimed twice.
     """
-    rows: list[SampleIndexRow] = []
     keys: dict[str, int] = {}
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
+    # Fast path: validate all lines in one call; any problem re-parses line by line so the
+    # error names the line.
+    bulk: list[SampleIndexRow] | None
+    try:
+        bulk = _SAMPLE_ROWS.validate_json(b"[" + b",".join(lines) + b"]")
+    except ValidationError:
+        bulk = None
+    if bulk is None or len(bulk) != len(lines):
+        bulk = None
+    rows: list[SampleIndexRow] = []
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        if bulk is not None:
+            row = bulk[number - 1]
+        elif not line.strip():
             raise SampleIndexError(
                 "blank line",
                 path=path,
                 location=f"line {number}",
                 expected="one JSON object per line",
             )
-        row = parse_sample_index_line(line, path=path, line_number=number)
+        else:
+            row = parse_sample_index_line(line, path=path, line_number=number)
         expected_index = number - 1
         if row.sample_index != expected_index:
             kind = "duplicate" if row.sample_index < expected_index else "gap before"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 import os
 import threading
@@ -35,6 +36,7 @@ from vinlens.store.access import FileStat, StoreAccess, open_store_access
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     MANIFEST_FILE,
+    NUMERIC_DTYPES,
     RRI_COMPONENT_PREFIX,
     SAMPLE_INDEX_FILE,
     BlockKind,
@@ -78,7 +80,7 @@ __all__ = [
 
 # Batches for streaming scans: big enough to amortise per-call overhead, small enough that
 # peak memory does not grow with the store.
-DEFAULT_BATCH_BYTES = 8 << 20
+DEFAULT_BATCH_BYTES = 1 << 20
 # How many missing chunk keys an error or a ChunkStatus spells out.
 _MAX_LISTED_CHUNKS = 8
 
@@ -310,10 +312,15 @@ def check_manifest_blocks(manifest: VinOfflineManifest, *, path: str) -> None:
 class _ZarrBlock:
     spec: StoreBlockSpec
     path: str
-    array: Any
+    group_rel: str
+    meta: _ArrayLayout  # parsed from zarr.json, read through the access layer
     row_chunk: int
     status: ChunkStatus
     missing_rows: frozenset[int]  # indices of row-chunks with at least one missing chunk file
+    # Set when chunks are raw bytes holding whole rows (our writer's layout): rows are then
+    # read straight from the chunk files into the output array, bypassing zarr's pipeline.
+    raw_dtype: np.dtype[Any] | None = None
+    array: Any = None  # zarr.Array, opened on first need
 
 
 @dataclass
@@ -482,43 +489,68 @@ class VinOfflineStoreReader:
                 path=self.access.describe(f"{rel}/zarr.json"),
                 expected="a zarr v3 array declared in manifest.json",
             )
-        import zarr
-
         try:
-            array = zarr.open_array(
-                self.access.zarr_store(group_rel), path=name, mode="r", zarr_format=3
-            )
+            meta = _parse_array_layout(self.access.read_bytes(f"{rel}/zarr.json"))
         except Exception as exc:  # zarr raises many types for bad metadata
             raise BlockMismatchError(
                 f"cannot open as a zarr v3 array ({type(exc).__name__}: {exc})",
-                path=path,
+                path=self.access.describe(f"{rel}/zarr.json"),
                 expected="valid zarr v3 array metadata (zarr.json)",
             ) from exc
-        if tuple(array.shape) != spec.shape:
+        stored_dtype = meta.dtype
+        if tuple(meta.shape) != spec.shape:
             raise BlockMismatchError(
-                f"stored shape {list(array.shape)} differs from manifest.json",
+                f"stored shape {list(meta.shape)} differs from manifest.json",
                 path=path,
                 expected=f"shape {list(spec.shape)}",
             )
-        if np.dtype(array.dtype).name != spec.dtype:
+        if stored_dtype.name != spec.dtype:
             raise BlockMismatchError(
-                f"stored dtype {np.dtype(array.dtype).name} differs from manifest.json",
+                f"stored dtype {stored_dtype.name} differs from manifest.json",
                 path=path,
                 expected=f"dtype {spec.dtype}",
             )
-        status, missing_rows, row_chunk = self._chunk_status(shard_id, name, rel, array)
-        block = _ZarrBlock(spec, rel, array, row_chunk, status, missing_rows)
+        status, missing_rows, row_chunk = self._chunk_status(shard_id, name, rel, meta)
+        block = _ZarrBlock(
+            spec,
+            rel,
+            group_rel,
+            meta,
+            row_chunk,
+            status,
+            missing_rows,
+            meta.raw_dtype,
+        )
         with self._lock:
             self._zarr[key] = block
         return block
 
+    def _zarr_handle(self, block: _ZarrBlock) -> Any:
+        if block.array is None:
+            import zarr
+
+            try:
+                block.array = zarr.open_array(
+                    self.access.zarr_store(block.group_rel),
+                    path=block.spec.name,
+                    mode="r",
+                    zarr_format=3,
+                )
+            except Exception as exc:
+                raise BlockMismatchError(
+                    f"cannot open as a zarr v3 array ({type(exc).__name__}: {exc})",
+                    path=self.access.describe(block.path),
+                    expected="valid zarr v3 array metadata (zarr.json)",
+                ) from exc
+        return block.array
+
     def _chunk_status(
-        self, shard_id: str, name: str, rel: str, array: Any
+        self, shard_id: str, name: str, rel: str, meta: _ArrayLayout
     ) -> tuple[ChunkStatus, frozenset[int], int]:
-        # With the sharding codec one storage key holds a whole shard; completeness is
-        # checked per storage key (shard file), the unit zarr can silently miss.
-        grid = tuple(array.shards or array.chunks)
-        shape = tuple(array.shape)
+        # The chunk grid is the storage-key grid: with the sharding codec one key holds a
+        # whole shard, and completeness is checked per key, the unit zarr can silently miss.
+        grid = meta.chunk_shape
+        shape = tuple(meta.shape)
         counts = [math.ceil(n / c) if c else 0 for n, c in zip(shape, grid, strict=True)]
         expected = math.prod(counts)
         present = set(self.access.walk_files(rel))
@@ -528,7 +560,7 @@ class VinOfflineStoreReader:
         missing_rows: set[int] = set()
         if expected:
             for coords in itertools.product(*(range(n) for n in counts)):
-                chunk_key = array.metadata.encode_chunk_key(coords)
+                chunk_key = meta.encode_key(coords)
                 if f"{prefix}{chunk_key}" not in present:
                     missing += 1
                     missing_rows.add(coords[0])
@@ -547,7 +579,7 @@ class VinOfflineStoreReader:
 
     def zarr_array(self, shard_id: str, name: str) -> Any:
         """The read-only ``zarr.Array`` of a block, verified against the manifest."""
-        return self._open_zarr(shard_id, name).array
+        return self._zarr_handle(self._open_zarr(shard_id, name))
 
     def chunk_status(self, shard_id: str, name: str) -> ChunkStatus:
         """Expected vs initialized chunk files of one zarr block."""
@@ -576,8 +608,10 @@ class VinOfflineStoreReader:
             first, last = start // block.row_chunk, (stop - 1) // block.row_chunk
             if any(first <= r <= last for r in block.missing_rows):
                 self._raise_missing(block, start, stop)
+        if block.raw_dtype is not None:
+            return self._read_rows_raw(block, start, stop)
         try:
-            data = block.array[start:stop]
+            data = self._zarr_handle(block)[start:stop]
         except Exception as exc:
             raise CorruptChunkError(
                 f"cannot decode rows {start}:{stop} ({type(exc).__name__}: {exc})",
@@ -585,6 +619,41 @@ class VinOfflineStoreReader:
                 expected=f"chunks of dtype {block.spec.dtype} with the array's codecs",
             ) from exc
         return np.asarray(data)
+
+    def _read_rows_raw(self, block: _ZarrBlock, start: int, stop: int) -> np.ndarray:
+        assert block.raw_dtype is not None
+        row_shape = block.spec.row_shape
+        out = np.empty((stop - start, *row_shape), dtype=block.raw_dtype)
+        row_bytes = math.prod(row_shape) * block.raw_dtype.itemsize
+        chunk_bytes = block.row_chunk * row_bytes
+        flat = memoryview(out.reshape(-1).view(np.uint8).data) if out.size else memoryview(b"")
+        rest = (0,) * len(row_shape)
+        row = start
+        while row < stop:
+            chunk = row // block.row_chunk
+            chunk_start = chunk * block.row_chunk
+            upto = min(stop, chunk_start + block.row_chunk)
+            rel = f"{block.path}/{block.meta.encode_key((chunk, *rest))}"
+            size = self.access.stat(rel).size
+            if size != chunk_bytes:
+                raise CorruptChunkError(
+                    f"cannot decode rows {start}:{stop}: chunk file has {size} bytes",
+                    path=self.access.describe(rel),
+                    expected=f"{chunk_bytes} bytes ({block.row_chunk} rows of {block.spec.dtype} {list(row_shape)})",
+                )
+            want = (upto - row) * row_bytes
+            target = flat[(row - start) * row_bytes : (row - start) * row_bytes + want]
+            got = self.access.read_range_into(rel, (row - chunk_start) * row_bytes, target)
+            if got != want:
+                raise CorruptChunkError(
+                    f"short read of rows {row}:{upto} ({got} of {want} bytes)",
+                    path=self.access.describe(rel),
+                    expected=f"{chunk_bytes} bytes",
+                )
+            row = upto
+        if not out.dtype.isnative:
+            out = out.astype(out.dtype.newbyteorder("="))
+        return out
 
     def read_row(self, shard_id: str, name: str, row: int) -> np.ndarray:
         """One row of a zarr block; decodes the row's whole chunk once and serves neighbours from it."""
@@ -881,6 +950,85 @@ class VinOfflineStoreReader:
                     if not status.complete:
                         out.append(status)
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class _ArrayLayout:
+    """What the reader needs from a zarr v3 ``zarr.json``: shapes, dtype, chunk keys, raw layout."""
+
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]  # the storage-key grid (the shard shape under sharding)
+    dtype: np.dtype[Any]  # native byte order
+    raw_dtype: np.dtype[Any] | None  # on-disk dtype when chunks are raw bytes of whole rows
+    metadata: Any  # zarr ArrayV3Metadata when zarr had to parse it, else None
+
+    def encode_key(self, coords: tuple[int, ...]) -> str:
+        if self.metadata is not None:
+            return str(self.metadata.encode_chunk_key(coords))
+        return "c/" + "/".join(str(c) for c in coords) if coords else "c"
+
+
+def _parse_array_layout(data: bytes) -> _ArrayLayout:
+    """Parse ``zarr.json``; the plain layout our writer produces needs no zarr machinery.
+
+    Plain means: regular chunk grid, default ``c/`` chunk keys with ``/``, and a single
+    ``bytes`` codec (no compression, filters, sharding or storage transformers). Anything
+    else is handed to zarr's own metadata parser and read through zarr.
+    """
+    raw = json.loads(data)
+    if not isinstance(raw, dict) or raw.get("zarr_format") != 3:
+        found = raw.get("zarr_format") if isinstance(raw, dict) else None
+        raise ValueError(f"zarr_format is {found!r}, expected 3")
+    if raw.get("node_type") != "array":
+        raise ValueError(f"node_type is {raw.get('node_type')!r}, expected 'array'")
+    grid = raw.get("chunk_grid")
+    keys = raw.get("chunk_key_encoding")
+    codecs = raw.get("codecs")
+    shape = raw.get("shape")
+    dtype_name = raw.get("data_type")
+    plain = (
+        isinstance(shape, list)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+        and isinstance(dtype_name, str)
+        and dtype_name in NUMERIC_DTYPES
+        and isinstance(grid, dict)
+        and grid.get("name") == "regular"
+        and isinstance(grid.get("configuration"), dict)
+        and isinstance(grid["configuration"].get("chunk_shape"), list)
+        and len(grid["configuration"]["chunk_shape"]) == len(shape)
+        and all(isinstance(n, int) and n > 0 for n in grid["configuration"]["chunk_shape"])
+        and isinstance(keys, dict)
+        and keys.get("name") == "default"
+        and (keys.get("configuration") or {}).get("separator", "/") == "/"
+        and isinstance(codecs, list)
+        and len(codecs) == 1
+        and isinstance(codecs[0], dict)
+        and codecs[0].get("name") == "bytes"
+        and not raw.get("storage_transformers")
+    )
+    if plain:
+        assert isinstance(shape, list) and isinstance(grid, dict) and isinstance(codecs, list)
+        chunk_shape = tuple(int(n) for n in grid["configuration"]["chunk_shape"])
+        dtype = np.dtype(str(dtype_name))
+        endian = (codecs[0].get("configuration") or {}).get("endian", "little")
+        if endian not in ("little", "big"):
+            raise ValueError(f"bytes codec endian {endian!r}, expected 'little' or 'big'")
+        on_disk = (
+            dtype.newbyteorder(">" if endian == "big" else "<") if dtype.itemsize > 1 else dtype
+        )
+        whole_rows = bool(shape) and chunk_shape[1:] == tuple(shape[1:])
+        return _ArrayLayout(tuple(shape), chunk_shape, dtype, on_disk if whole_rows else None, None)
+
+    from zarr.core.metadata import ArrayV3Metadata
+
+    meta = ArrayV3Metadata.from_dict(raw)
+    return _ArrayLayout(
+        shape=tuple(meta.shape),
+        chunk_shape=tuple(getattr(meta.chunk_grid, "chunk_shape", ())),
+        dtype=np.dtype(meta.dtype.to_native_dtype()),
+        raw_dtype=None,
+        metadata=meta,
+    )
 
 
 def open_vin_offline_store(

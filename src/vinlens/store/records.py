@@ -103,7 +103,9 @@ def decode_ndarray(obj: Mapping[str, Any]) -> np.ndarray:
             f"need {count * dtype.itemsize}"
         )
     array = np.frombuffer(data, dtype=dtype).reshape(shape)
-    return array.astype(array.dtype.newbyteorder("="), copy=False)
+    if not dtype.isnative:
+        array = array.astype(dtype.newbyteorder("="))
+    return array
 
 
 def _decode_value(value: Any) -> Any:
@@ -125,39 +127,34 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     cannot make the unpacker allocate more than the bytes it was handed.
     """
     size = len(data)
-    unpacker = msgpack.Unpacker(
-        None,
-        raw=False,
-        use_list=True,
-        strict_map_key=True,
-        ext_hook=_refuse_ext,
-        max_buffer_size=max(size, 1),
-        max_str_len=size,
-        max_bin_len=size,
-        max_array_len=size,
-        max_map_len=size,
-        max_ext_len=0,
-    )
     try:
-        unpacker.feed(data)
-        obj = unpacker.unpack()
+        # One C unpacker call; every length bounded by the record's own size, and
+        # trailing bytes after the map raise ExtraData.
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_str_len=size,
+            max_bin_len=size,
+            max_array_len=size,
+            max_map_len=size,
+            max_ext_len=0,
+        )
     except RecordDecodeError:
         raise
-    except msgpack.OutOfData as exc:
-        raise RecordDecodeError(
-            f"record is truncated ({size} bytes end inside a msgpack value)"
-        ) from exc
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        # FormatError, StackError, size limits, unhashable keys.
+    except msgpack.ExtraData as exc:
+        raise RecordDecodeError("more than one msgpack value in the record's bytes") from exc
+    except (ValueError, msgpack.OutOfData) as exc:
+        if isinstance(exc, msgpack.OutOfData) or "incomplete" in str(exc).lower():
+            raise RecordDecodeError(
+                f"record is truncated ({size} bytes end inside a msgpack value)"
+            ) from exc
         raise RecordDecodeError(f"not one msgpack record ({type(exc).__name__}: {exc})") from exc
-    try:
-        unpacker.unpack()
-    except msgpack.OutOfData:
-        pass
-    except Exception as exc:
-        raise RecordDecodeError(f"bytes after the record's map are not empty ({exc})") from exc
-    else:
-        raise RecordDecodeError("more than one msgpack value in the record's bytes")
+    except (TypeError, msgpack.UnpackException) as exc:
+        # FormatError, StackError, unhashable keys.
+        raise RecordDecodeError(f"not one msgpack record ({type(exc).__name__}: {exc})") from exc
     if not isinstance(obj, dict):
         raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
     result = _decode_value(obj)

@@ -220,7 +220,9 @@ class VinOfflineStoreWriter:
             return
         if not self.replace:
             raise StoreExistsError(
-                "path already exists", path=self.store_dir, expected="a new path, or replace=True (CLI: --replace)"
+                "path already exists",
+                path=self.store_dir,
+                expected="a new path, or replace=True (CLI: --replace)",
             )
         if not self.store_dir.is_dir() or not _is_store_dir(self.store_dir):
             raise StoreExistsError(
