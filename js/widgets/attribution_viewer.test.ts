@@ -247,7 +247,7 @@ describe("recompute", () => {
     expect(panels.every((p) => p.classList.contains("vl-av-pending"))).toBe(true);
 
     model.receive({ kind: "progress", id: sent.id, done: 1, total: 2 });
-    expect(q(".vl-progress-label").textContent).toBe(`explaining ${HOSTILE} (1 / 2)`);
+    expect(q(".vl-progress-label").textContent).toBe("explaining: 1 / 2 cameras done");
     expect(panels[0].classList.contains("vl-av-pending")).toBe(false);
     expect(panels[1].classList.contains("vl-av-pending")).toBe(true);
 

@@ -155,6 +155,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     class: "vl-input vl-av-class", type: "number", min: 0, step: 1, "aria-label": "Target class index",
   });
   const targetText = h("span", { class: "vl-av-target vl-mono" });
+  const targetName = h("span", { class: "vl-muted" }, "class");
   const recompute = h("button", { class: "vl-button vl-primary vl-av-recompute", type: "button" }, "Recompute");
   const cancel = h("button", { class: "vl-button vl-av-cancel", type: "button", hidden: true }, "Cancel");
   const dirty = h("span", { class: "vl-badge vl-warn vl-av-dirty", hidden: true }, "changes not applied");
@@ -175,11 +176,13 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   const empty = h("div", { class: "vl-muted vl-av-empty" }, "No attribution computed yet: choose a layer and press Recompute.");
 
   const root = h(
-    "div", { class: "vl-root vl-av" },
+    // Keys pressed inside the widget are ours: JupyterLab's notebook shortcuts (Enter to
+    // edit, arrows to move between cells) must not act on them.
+    "div", { class: "vl-root vl-av", "data-lm-suppress-shortcuts": "true" },
     h("div", { class: "vl-toolbar vl-av-explain" },
       h("span", { class: "vl-title" }, "Attribution"),
       labelled("method", methodSelect), labelled("layer", layerSelect), labelled("mode", modeSelect),
-      labelled("target", h("span", { class: "vl-av-target-wrap" }, classInput, targetText)),
+      h("label", { class: "vl-av-field" }, targetName, h("span", { class: "vl-av-target-wrap" }, classInput, targetText)),
       recompute, cancel, dirty),
     h("div", { class: "vl-toolbar vl-av-display" },
       labelled("colormap", cmapSelect),
@@ -230,6 +233,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     if (!classInput.hidden && document.activeElement !== classInput) classInput.value = String(cls);
     targetText.textContent = classInput.hidden ? m.get("target_label") : "";
     targetText.hidden = !classInput.hidden;
+    targetName.textContent = classInput.hidden ? "target" : "class";
   }
 
   function draft(): Record<string, unknown> {
@@ -469,16 +473,17 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     for (const panel of panels.values()) panel.pending = pendingCameras.has(panel.key);
     setRunning(true);
     paintAll();
-    status.progress(0, keys.length, `explaining ${keys[0] ?? ""} (0 / ${keys.length})`);
+    const label = (done: number, total: number) => `explaining: ${done} / ${total} cameras done`;
+    status.progress(0, keys.length, label(0, keys.length));
     const request = client.request("explain", args, {
       onProgress(done, total) {
+        // Progress counts cameras in camera order (gradient methods finish them together).
         for (const k of keys.slice(0, done)) {
           pendingCameras.delete(k);
           const p = panels.get(k);
           if (p) { p.pending = false; paint(p); }
         }
-        const next = keys[done];
-        status.progress(done, total, next === undefined ? `${done} / ${total} cameras` : `explaining ${next} (${done} / ${total})`);
+        status.progress(done, total, label(done, total));
       },
     });
     running = request;

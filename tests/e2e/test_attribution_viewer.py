@@ -1,0 +1,221 @@
+"""AttributionViewerWidget in a real JupyterLab: the demo three-camera model in every capture
+mode, overlay pixels read back from the canvases, recompute with progress and errors,
+light and dark screenshots."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Where each test plants the bright evidence blob, per camera (row, col); away from the
+# centre and the borders so a map that ignored the image could not land there by chance.
+EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
+MODES = ("dedicated_layer", "per_camera_call", "stacked_camera_batch")
+LAYERS = {
+    "dedicated_layer": "encoders.{camera}.conv3",
+    "per_camera_call": "encoder.conv3",
+    "stacked_camera_batch": "encoder.conv3",
+}
+
+SETUP = f"""
+import time
+from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets.attribution_viewer import AttributionViewerWidget
+EVIDENCE = {EVIDENCE!r}
+images = {{k: v[0] for k, v in make_camera_images(evidence=EVIDENCE, seed=3).items()}}
+"""
+
+# Reads one camera's overlay canvas back from the page and returns the centre of the
+# brightest 7x7 window. With opacity 1 the canvas shows only the colormap, and viridis'
+# lightness rises monotonically with the value, so the brightest window is the hottest.
+HOTTEST = """([widget, camera]) => {
+  const root = document.querySelectorAll('.vl-av')[widget];
+  const panel = [...root.querySelectorAll('.vl-av-panel')].find(p => p.dataset.camera === camera);
+  const canvas = panel.querySelector('canvas');
+  const { data, width, height } = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height);
+  const lum = new Float64Array(width * height);
+  for (let i = 0; i < width * height; i++) {
+    lum[i] = 0.2126 * data[4 * i] + 0.7152 * data[4 * i + 1] + 0.0722 * data[4 * i + 2];
+  }
+  let best = -1, row = -1, col = -1;
+  for (let r = 3; r < height - 3; r++) for (let c = 3; c < width - 3; c++) {
+    let s = 0;
+    for (let dr = -3; dr <= 3; dr++) for (let dc = -3; dc <= 3; dc++) s += lum[(r + dr) * width + c + dc];
+    if (s > best) { best = s; row = r; col = c; }
+  }
+  let min = Infinity, max = -Infinity;
+  for (const v of lum) { min = Math.min(min, v); max = Math.max(max, v); }
+  return { row, col, width, height, min, max };
+}"""
+
+
+def _wait_for_maps(lab: Any, widgets: int) -> None:
+    lab.page.wait_for_function(
+        """(n) => {
+        const roots = document.querySelectorAll('.vl-av');
+        return roots.length === n && [...roots].every(r =>
+          [...r.querySelectorAll('.vl-av-stats')].every(s => s.textContent.includes('raw min')));
+    }""",
+        arg=widgets,
+    )
+
+
+def _set_theme(lab: Any, dark: bool) -> None:
+    # Same as conftest's Lab.set_theme, which passes its argument to wait_for_function
+    # positionally (Playwright takes it as `arg=` only) and so raises a TypeError.
+    theme = "JupyterLab Dark" if dark else "JupyterLab Light"
+    lab.page.evaluate(
+        "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
+    )
+    lab.page.wait_for_function(
+        "(d) => document.body.dataset.jpThemeLight === (d ? 'false' : 'true')", arg=dark
+    )
+
+
+def _set_opacity(lab: Any, widget: int, value: float) -> None:
+    slider = lab.page.locator(".vl-av").nth(widget).locator(".vl-av-opacity")
+    slider.focus()
+    slider.evaluate(
+        "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true})); }",
+        value,
+    )
+
+
+def test_overlay_hot_region_sits_on_the_planted_evidence_in_every_capture_mode(lab: Any) -> None:
+    cells = [SETUP]
+    for mode in MODES:
+        cells.append(
+            f"w_{mode} = AttributionViewerWidget(MultiCameraDemoModel({mode!r}), images, "
+            f"target_class=EVIDENCE_CLASS, layer={LAYERS[mode]!r}, capture_mode={mode!r})\n"
+            f"w_{mode}"
+        )
+    lab.open(lab.write_notebook("attribution_modes.ipynb", cells))
+    lab.run_all()
+    _wait_for_maps(lab, len(MODES))
+
+    for index, mode in enumerate(MODES):
+        # The browser writes opacity back to the kernel: the sync is checked, not assumed.
+        _set_opacity(lab, index, 1.0)
+        assert lab.kernel_json(f"w_{mode}.opacity") == 1.0
+        root = lab.page.locator(".vl-av").nth(index)
+        assert root.locator(".vl-av-panel").count() == 3
+        for camera, (row, col) in EVIDENCE.items():
+            hot = lab.page.evaluate(HOTTEST, [index, camera])
+            shape = lab.kernel_json(f"list(w_{mode}.maps[{camera!r}].shape)")
+            assert [hot["height"], hot["width"]] == shape, (mode, camera, hot)
+            assert hot["max"] - hot["min"] > 100, (mode, camera, hot)  # a real heatmap, not flat
+            distance = math.hypot(hot["row"] - row, hot["col"] - col)
+            assert distance <= 6, f"{mode}/{camera}: hottest at {hot}, evidence at {(row, col)}"
+        detail = root.locator(".vl-av-panel").first.locator(".vl-av-detail").inner_text()
+        assert "Grad-CAM" in detail and mode.replace("_", " ").split()[0] in detail
+    assert not [e for e in lab.errors if "vl-" in e or "attribution" in e.lower()], lab.errors
+
+
+FLAKY = """
+import torch
+class FlakyDemoModel(MultiCameraDemoModel):
+    # The demo model, plus a switch that makes forward raise and a delay per forward.
+    fail = False
+    delay = 0.0
+    def forward(self, images):
+        if self.fail:
+            raise RuntimeError("planted failure in forward <img src=x onerror=window.__pwned=1>")
+        time.sleep(self.delay)
+        return super().forward(images)
+
+model = FlakyDemoModel("dedicated_layer")
+w = AttributionViewerWidget(model, images, target_class=EVIDENCE_CLASS,
+                            layer="encoders.{camera}.conv3", capture_mode="dedicated_layer")
+w
+"""
+
+
+def test_recompute_progress_errors_and_themes(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_recompute.ipynb", [SETUP, FLAKY]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    first_map = lab.kernel_json("w.maps['rgb'].round(6).tolist()")
+
+    # Method change from the keyboard-reachable select, Recompute, progress per camera.
+    lab.kernel_json("setattr(model, 'delay', 0.5) or 0")
+    root.locator(".vl-av-method").select_option("ablation_cam")
+    assert root.locator(".vl-av-dirty").is_visible()
+    root.locator(".vl-av-recompute").click()
+    lab.page.wait_for_function(
+        "() => /explaining: [12] \\/ 3 cameras done/"
+        ".test(document.querySelector('.vl-av .vl-progress-label').textContent)"
+    )
+    assert root.locator(".vl-av-cancel").is_visible()
+    lab.page.wait_for_function(
+        "() => [...document.querySelectorAll('.vl-av .vl-av-detail')]"
+        ".every(d => d.textContent.startsWith('Ablation-CAM'))"
+    )
+    assert lab.kernel_json("[r.method for r in w.records.values()]") == ["ablation_cam"] * 3
+    assert lab.kernel_json("w.method") == "ablation_cam"
+    assert lab.kernel_json("w.maps['rgb'].round(6).tolist()") != first_map
+    assert root.locator(".vl-av-dirty").is_hidden()
+
+    # An exception in the model's forward: an error box with the message as text, the
+    # kernel alive, no hook left on any module, the previous maps still shown.
+    lab.kernel_json("setattr(model, 'delay', 0.0) or setattr(model, 'fail', True) or 0")
+    root.locator(".vl-av-recompute").click()
+    error = root.locator(".vl-error")
+    error.wait_for(state="visible")
+    message = root.locator(".vl-error-message").inner_text()
+    assert "planted failure in forward <img src=x onerror=window.__pwned=1>" in message
+    assert lab.page.evaluate("() => window.__pwned === undefined")
+    assert root.locator(".vl-error img").count() == 0
+    hooks = (
+        "sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)"
+        " for m in model.modules())"
+    )
+    assert lab.kernel_json(hooks) == 0
+    assert lab.kernel_json("w.status") == "error"
+    assert root.locator(".vl-av-stats").first.inner_text().startswith("raw min")
+
+    # A layer path that is not in the model, sent as the browser would send it.
+    lab.kernel_json("setattr(model, 'fail', False) or 0")
+    root.locator(".vl-error-dismiss").click()
+    root.locator(".vl-av-layer").evaluate(
+        "(el) => { const o = document.createElement('option'); o.value = 'encoders.{camera}.nope';"
+        " o.textContent = 'nope'; el.append(o); el.value = o.value;"
+        " el.dispatchEvent(new Event('change')); }"
+    )
+    root.locator(".vl-av-recompute").click()
+    error.wait_for(state="visible")
+    assert "'encoders.rgb.nope'" in root.locator(".vl-error-message").inner_text()
+    root.locator(".vl-error-dismiss").click()
+
+    root.locator(".vl-av-layer").select_option("encoders.{camera}.conv3")
+    root.locator(".vl-av-recompute").click()
+    lab.page.wait_for_function(
+        "() => !document.querySelector('.vl-av .vl-av-recompute').disabled"
+        " && document.querySelector('.vl-av .vl-av-dirty').hidden"
+    )
+    # Enlarge one camera from the keyboard, then back to all cameras.
+    panel = root.locator(".vl-av-panel[data-camera='slam-left']")
+    panel.focus()
+    lab.page.keyboard.press("Enter")
+    assert lab.kernel_json("[w.view, w.focused_camera]") == ["single", "slam-left"]
+    # the key was the widget's alone: the notebook did not enter edit mode on it
+    assert (
+        lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.content.mode") == "command"
+    )
+    assert root.locator(".vl-av-panel:visible").count() == 1
+    lab.screenshot("attribution_viewer-enlarged-light", root)
+    panel.focus()  # kernel_json ran a cell, which took the focus
+    lab.page.keyboard.press("ArrowRight")
+    assert lab.kernel_json("w.focused_camera") == "slam-right"
+    root.locator(".vl-av-panel[data-camera='slam-right']").focus()
+    lab.page.keyboard.press("Escape")
+    assert root.locator(".vl-av-panel:visible").count() == 3
+
+    root.scroll_into_view_if_needed()
+    lab.screenshot("attribution_viewer-light", root)
+    _set_theme(lab, True)
+    lab.screenshot("attribution_viewer-dark", root)
+    background = root.evaluate("(el) => getComputedStyle(el).backgroundColor")
+    _set_theme(lab, False)
+    channels = [int(v) for v in background[background.index("(") + 1 : -1].split(",")[:3]]
+    assert sum(channels) / 3 < 100, f"dark theme background {background} is not dark"
