@@ -125,6 +125,10 @@ class StoreAccess(ABC):
         """Release cached handles (safe to call twice)."""
 
 
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
 def _check_relative(rel: str) -> str:
     if rel in ("", "."):
         return ""
@@ -148,6 +152,7 @@ class LocalStoreAccess(StoreAccess):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root).expanduser().absolute()
+        self._root_str = str(self._root)
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -160,29 +165,31 @@ class LocalStoreAccess(StoreAccess):
     def root_path(self) -> Path:
         return self._root
 
-    def _path(self, rel: str) -> Path:
+    def _path(self, rel: str) -> str:
+        # Plain strings, not Path objects: this runs for every chunk a scan reads.
         rel = _check_relative(rel)
-        return self._root / rel if rel else self._root
+        return f"{self._root_str}/{rel}" if rel else self._root_str
 
     def describe(self, rel: str) -> str:
-        return str(self._path(rel))
+        return self._path(rel)
 
     def stat(self, rel: str = "") -> FileStat:
         path = self._path(rel)
-        return FileStat.from_os(str(path), os.stat(path))
+        return FileStat.from_os(path, os.stat(path))
 
     def list_dir(self, rel: str = "") -> tuple[str, ...]:
         return tuple(sorted(os.listdir(self._path(rel))))
 
     def walk_files(self, rel: str = "", *, suffix: str | None = None) -> Iterator[str]:
         # scandir with plain strings: listing chunk files is on the reader's open path.
-        base = os.fspath(self._path(rel))
+        base = self._path(rel)
         prefix = f"{rel}/" if rel else ""
         stack = [("", base)]
         while stack:
             sub, directory = stack.pop()
             try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+                with os.scandir(directory) as it:
+                    entries = sorted(it, key=_entry_name)
             except NotADirectoryError:
                 continue
             dirs = []
@@ -194,7 +201,8 @@ class LocalStoreAccess(StoreAccess):
             stack.extend(reversed(dirs))
 
     def read_bytes(self, rel: str) -> bytes:
-        return self._path(rel).read_bytes()
+        with open(self._path(rel), "rb") as handle:
+            return handle.read()
 
     def read_bytes_with_stat(self, rel: str) -> tuple[bytes, FileStat]:
         path = self._path(rel)

@@ -83,6 +83,8 @@ __all__ = [
 DEFAULT_BATCH_BYTES = 1 << 20
 # How many missing chunk keys an error or a ChunkStatus spells out.
 _MAX_LISTED_CHUNKS = 8
+# Up to this many expected chunk files are checked with one stat each instead of a listing.
+_STAT_CHUNKS_UP_TO = 32
 
 
 def as_store_config(store: VinOfflineStoreConfig | str | os.PathLike[str]) -> VinOfflineStoreConfig:
@@ -553,15 +555,22 @@ class VinOfflineStoreReader:
         shape = tuple(meta.shape)
         counts = [math.ceil(n / c) if c else 0 for n, c in zip(shape, grid, strict=True)]
         expected = math.prod(counts)
-        present = set(self.access.walk_files(rel))
         prefix = f"{rel}/"
+        # A few chunks: stat each expected file; many: one listing of the array directory.
+        present: set[str] | None = (
+            set(self.access.walk_files(rel)) if expected > _STAT_CHUNKS_UP_TO else None
+        )
         examples: list[str] = []
         missing = 0
         missing_rows: set[int] = set()
         if expected:
             for coords in itertools.product(*(range(n) for n in counts)):
                 chunk_key = meta.encode_key(coords)
-                if f"{prefix}{chunk_key}" not in present:
+                chunk_rel = f"{prefix}{chunk_key}"
+                exists = (
+                    chunk_rel in present if present is not None else self.access.exists(chunk_rel)
+                )
+                if not exists:
                     missing += 1
                     missing_rows.add(coords[0])
                     if len(examples) < _MAX_LISTED_CHUNKS:
@@ -805,16 +814,22 @@ class VinOfflineStoreReader:
         """``(row, record)`` for rows ``start:stop``, read in bounded contiguous batches."""
         block = self._open_records(shard_id, name)
         stop = block.spec.num_rows if stop is None else stop
-        offsets = block.offsets
+        if not 0 <= start <= stop <= block.spec.num_rows:
+            raise IndexError(
+                f"{self.access.describe(block.msgpack_rel)}: records {start}:{stop} "
+                f"outside 0:{block.spec.num_rows}"
+            )
+        offsets: list[int] = block.offsets[start : stop + 1].tolist()
         row = start
         while row < stop:
             end = row + 1
-            limit = offsets[row] + max_bytes
-            while end < stop and offsets[end + 1] <= limit:
+            limit = offsets[row - start] + max_bytes
+            while end < stop and offsets[end + 1 - start] <= limit:
                 end += 1
-            base = int(offsets[row])
-            data = self.access.read_range(block.msgpack_rel, base, int(offsets[end]) - base)
-            if len(data) != int(offsets[end]) - base:
+            base = offsets[row - start]
+            length = offsets[end - start] - base
+            data = self.access.read_range(block.msgpack_rel, base, length)
+            if len(data) != length:
                 raise CorruptRecordError(
                     f"short read at records {row}:{end}",
                     path=self.access.describe(block.msgpack_rel),
@@ -822,12 +837,9 @@ class VinOfflineStoreReader:
                 )
             view = memoryview(data)
             for i in range(row, end):
-                yield (
-                    i,
-                    self._decode(
-                        block, i, view[int(offsets[i]) - base : int(offsets[i + 1]) - base]
-                    ),
-                )
+                lo = offsets[i - start] - base
+                hi = offsets[i + 1 - start] - base
+                yield i, self._decode(block, i, view[lo:hi])
             row = end
 
     def read_vin_points(self, shard_id: str, row: int) -> np.ndarray:

@@ -78,46 +78,57 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise RecordDecodeError(f"msgpack extension type {code} is not allowed in v1 records")
 
 
+# name -> (little-endian dtype as stored, native dtype returned)
+_WIRE_DTYPES: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {
+    name: (np.dtype(name).newbyteorder("<"), np.dtype(name)) for name in NUMERIC_DTYPES
+}
+
+
 def decode_ndarray(obj: Mapping[str, Any]) -> np.ndarray:
     """The array encoded by an ndarray map; validates dtype, shape and byte count."""
     dtype_name = obj.get("dtype")
     shape = obj.get("shape")
     data = obj.get("data")
-    if not isinstance(dtype_name, str) or dtype_name not in NUMERIC_DTYPES:
+    dtypes = _WIRE_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    if dtypes is None:
         raise RecordDecodeError(
             f"ndarray dtype {dtype_name!r} is not allowed; expected one of {sorted(NUMERIC_DTYPES)}"
         )
-    if not isinstance(shape, list) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
-    ):
-        raise RecordDecodeError(f"ndarray shape {shape!r} is not a list of non-negative integers")
-    if not isinstance(data, bytes):
-        raise RecordDecodeError(f"ndarray data is a {type(data).__name__}, expected msgpack bin")
-    dtype = np.dtype(dtype_name).newbyteorder("<")
+    wire, native = dtypes
     count = 1
+    if type(shape) is not list:
+        raise RecordDecodeError(f"ndarray shape {shape!r} is not a list of non-negative integers")
     for n in shape:
+        if type(n) is not int or n < 0:
+            raise RecordDecodeError(
+                f"ndarray shape {shape!r} is not a list of non-negative integers"
+            )
         count *= n
-    if count * dtype.itemsize != len(data):
+    if type(data) is not bytes:
+        raise RecordDecodeError(f"ndarray data is a {type(data).__name__}, expected msgpack bin")
+    if count * wire.itemsize != len(data):
         raise RecordDecodeError(
             f"ndarray data has {len(data)} bytes but dtype {dtype_name} and shape {shape} "
-            f"need {count * dtype.itemsize}"
+            f"need {count * wire.itemsize}"
         )
-    array = np.frombuffer(data, dtype=dtype).reshape(shape)
-    if not dtype.isnative:
-        array = array.astype(dtype.newbyteorder("="))
-    return array
+    array = np.frombuffer(data, dtype=wire).reshape(shape)
+    return array if wire == native else array.astype(native)
+
+
+_SCALARS = (type(None), bool, int, float, str, bytes)
 
 
 def _decode_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        if value.keys() == _NDARRAY_KEYS and isinstance(value.get("data"), bytes):
+    kind = type(value)
+    if kind is dict:
+        if len(value) == 3 and value.keys() == _NDARRAY_KEYS and type(value.get("data")) is bytes:
             return decode_ndarray(value)
         return {key: _decode_value(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if kind is list:
         return [_decode_value(item) for item in value]
-    if value is None or isinstance(value, bool | int | float | str | bytes):
+    if kind in _SCALARS:
         return value
-    raise RecordDecodeError(f"msgpack value of type {type(value).__name__} is not allowed")
+    raise RecordDecodeError(f"msgpack value of type {kind.__name__} is not allowed")
 
 
 def decode_record(data: bytes | memoryview) -> dict[str, Any]:
