@@ -98,7 +98,7 @@ def test_each_camera_map_peaks_on_its_planted_evidence(images, mode):
     w = viewer(images, mode)
     for camera, (row, col) in EVIDENCE.items():
         hot = np.unravel_index(np.argmax(w.maps[camera]), w.maps[camera].shape)
-        assert np.hypot(hot[0] - row, hot[1] - col) <= 3, (mode, camera, hot)
+        assert np.hypot(hot[0] - row, hot[1] - col) <= 4, (mode, camera, hot)
 
 
 def test_layer_choices_come_from_the_models_module_paths(images):
@@ -288,6 +288,31 @@ def test_cancel_keeps_the_previous_maps(images, monkeypatch):
     assert hook_count(w._model) == 0
 
 
+def test_a_second_explain_while_one_runs_is_refused(images):
+    gate = threading.Event()
+
+    class SlowModel(MultiCameraDemoModel):
+        def forward(self, images):
+            gate.wait(5)
+            return super().forward(images)
+
+    w = viewer(images, model=SlowModel(), compute=False)
+    replies: list[dict] = []
+    first = threading.Thread(target=lambda: replies.append(w.run_command("explain", {})))
+    first.start()
+    for _ in range(500):
+        if w._explain_lock.locked():
+            break
+        threading.Event().wait(0.01)
+    second = w.run_command("explain", {"method": "grad_cam_plus_plus"})
+    gate.set()
+    first.join(30)
+    assert second["kind"] == "error" and "already running" in second["message"]
+    assert replies[0]["kind"] == "result"
+    assert {r.method for r in w.records.values()} == {"grad_cam"}
+    assert hook_count(w._model) == 0
+
+
 # -- construction errors --------------------------------------------------------------------------
 def test_constructor_rejects_bad_inputs_with_clear_errors(images):
     model = MultiCameraDemoModel()
@@ -305,6 +330,8 @@ def test_constructor_rejects_bad_inputs_with_clear_errors(images):
         AttributionViewerWidget(model, images, target_class=0, targets=targets)
     with pytest.raises(ValueError, match="colormap='jet'"):
         AttributionViewerWidget(model, images, target_class=0, colormap="jet")
+    with pytest.raises(ValueError, match="target_class must be a non-negative integer"):
+        AttributionViewerWidget(model, images, target_class=True)
     with pytest.raises(ValueError, match="opacity"):
         AttributionViewerWidget(model, images, target_class=0, opacity=2)
     with pytest.raises(TypeError, match=r"camera 'rgb'.*list"):
@@ -335,6 +362,26 @@ def test_export_png_writes_the_maps_as_shown(images, tmp_path):
     only_image = imread(w.export_png(tmp_path / "image", overlay=True)[0])[..., :3]
     expected = np.rint(images["rgb"].permute(1, 2, 0).numpy() * 255) / 255
     np.testing.assert_allclose(only_image, expected, atol=1 / 255)
+
+
+def test_export_png_keeps_cameras_whose_keys_sanitise_alike(images, tmp_path):
+    model = MultiCameraDemoModel("per_camera_call")
+    renamed = {"cam/a": images["rgb"], "cam_a": images["slam-left"], "c": images["slam-right"]}
+
+    def forward(inputs):
+        return model(dict(zip(images, inputs.values(), strict=True)))
+
+    w = AttributionViewerWidget(
+        model,
+        renamed,
+        target_class=EVIDENCE_CLASS,
+        layer="encoder.conv3",
+        capture_mode="per_camera_call",
+        forward=forward,
+    )
+    paths = w.export_png(tmp_path)
+    assert [p.name for p in paths] == ["cam_a.png", "cam_a-1.png", "c.png"]
+    assert imread(paths[0]).shape[:2] == (96, 96) and imread(paths[1]).shape[:2] == (80, 64)
 
 
 def test_export_png_raw_scale_shares_one_range(images, tmp_path):

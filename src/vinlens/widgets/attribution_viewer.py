@@ -18,6 +18,7 @@ layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` an
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,14 @@ class AttributionViewerWidget(VinlensWidget):
             )
         if score is not None and not callable(score):
             raise TypeError(f"score must be callable, got {type(score).__name__}.")
+        if target_class is not None:
+            try:
+                target_class = _check_class(target_class)
+            except CommandError as exc:
+                raise ValueError(str(exc)) from None
         self._model = model
+        # One explanation at a time: two runs would hook the same modules concurrently.
+        self._explain_lock = threading.Lock()
         self._inputs = _model_inputs(images)
         keys = list(self._inputs)
         self._score = score
@@ -223,6 +231,9 @@ class AttributionViewerWidget(VinlensWidget):
     ) -> dict[str, CameraAttribution]:
         """Explain again (as the Recompute button does) and return the new records.
 
+        Arguments left ``None`` keep the current choice; ``layer=""`` goes back to the
+        targets given at construction.
+
         Raises:
             RuntimeError: With the message the widget shows, when the command fails.
         """
@@ -258,10 +269,13 @@ class AttributionViewerWidget(VinlensWidget):
         cmap = colormaps[self.colormap]
         maps = self.maps
         ranges = _display_ranges(self.scale, maps)
-        written = []
+        written: list[Path] = []
         for key, values in maps.items():
             vmin, vmax = ranges[key]
-            path = out_dir / f"{_safe_filename(key)}.png"
+            name = _safe_filename(key)
+            if out_dir / f"{name}.png" in written:  # two keys that sanitise alike
+                name = f"{name}-{len(written)}"
+            path = out_dir / f"{name}.png"
             if overlay:
                 colour = cmap(_normalized(values, vmin, vmax))[..., :3]
                 image = _display_image(key, self._inputs[key]).astype(np.float32) / 255.0
@@ -277,6 +291,16 @@ class AttributionViewerWidget(VinlensWidget):
     # -- commands ------------------------------------------------------------------------
     @command("explain", background=True)
     def _explain(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        if not self._explain_lock.acquire(blocking=False):
+            raise CommandError(
+                "an explanation is already running for this viewer; wait for it or cancel it."
+            )
+        try:
+            return self._explain_locked(args, ctx)
+        finally:
+            self._explain_lock.release()
+
+    def _explain_locked(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         method = _check_arg_choice("method", args.get("method", self.method), tuple(METHOD_LABELS))
         mode = _check_arg_choice(
             "capture_mode", args.get("capture_mode", self.capture_mode), CAPTURE_MODES
