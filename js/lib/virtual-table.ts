@@ -21,8 +21,10 @@ export type SortDir = "asc" | "desc";
 export interface VTOptions {
   columns: VTColumn[];
   rowHeight?: number;
-  /** Viewport height in px (rows scroll inside it). */
+  /** Largest viewport height in px (rows scroll inside it). */
   height?: number;
+  /** Shrink the viewport to the rows when they need less than `height` (default true). */
+  fitRows?: boolean;
   overscan?: number;
   label?: string;
   /** Fill one cell of view row `row`; `cell` is reused between rows, so set everything. */
@@ -110,6 +112,7 @@ export class VirtualTable {
   setRowCount(n: number): void {
     this.rows = Math.max(0, n | 0);
     this.spacer.style.height = `${this.rows * this.rowHeight}px`;
+    this.applyHeight();
     this.viewport.setAttribute("aria-rowcount", String(this.rows + 1));
     if (this.cursorRow >= this.rows) this.cursorRow = this.rows - 1;
     this.refresh();
@@ -117,8 +120,15 @@ export class VirtualTable {
 
   setHeight(px: number): void {
     this.height = px;
-    this.viewport.style.height = `${px}px`;
+    this.applyHeight();
     this.refresh();
+  }
+
+  private applyHeight(): void {
+    // header row + rows + borders; an empty table keeps room for a few rows
+    const fitted = (Math.max(this.rows, 3) + 1) * this.rowHeight + 2;
+    const px = this.opts.fitRows === false ? this.height : Math.min(this.height, fitted);
+    this.viewport.style.height = `${px}px`;
   }
 
   /** Repaint every row in view (data or selection changed). */
@@ -167,7 +177,7 @@ export class VirtualTable {
   }
 
   private viewportHeight(): number {
-    return this.viewport.clientHeight || this.height;
+    return this.viewport.clientHeight || parseFloat(this.viewport.style.height) || this.height;
   }
 
   private render(force: boolean): void {

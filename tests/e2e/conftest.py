@@ -243,7 +243,7 @@ class Lab:
             "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
         )
         self.page.wait_for_function(
-            "(d) => document.body.dataset.jpThemeLight === (d ? 'false' : 'true')", dark
+            "(d) => document.body.dataset.jpThemeLight === (d ? 'false' : 'true')", arg=dark
         )
 
 

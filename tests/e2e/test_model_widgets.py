@@ -1,0 +1,166 @@
+"""Config tree, module table and snapshot browser in a real JupyterLab.
+
+One notebook shows the three widgets for a small model whose module names and config
+values are hostile markup. The test clicks rows (click, shift-click, ctrl-click) and reads
+``selected_paths`` back from the kernel, captures from the browser and reads the snapshots
+back, downloads the CSV, provokes a bad-limits error and a failing ``run``, checks that the
+markup stayed text and ran nothing, and saves light and dark screenshots of each widget.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import expect
+
+IMG = "<img src=x onerror=__pwned=1>"
+SCRIPT = "<script>__pwned=2</script>"
+
+SETUP = f"""
+import torch
+from torch import nn
+from pydantic import BaseModel
+from vinlens.widgets import ConfigTreeWidget, ModuleTableWidget, SnapshotBrowserWidget
+
+class EncoderConfig(BaseModel):
+    depth: int = 3
+    label: str = {SCRIPT!r}
+
+class VinConfig(BaseModel):
+    target_type: str = "vin.models.VinModel"
+    name: str = {IMG!r}
+    lr: float = 0.0003
+    encoder: EncoderConfig = EncoderConfig()
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.add_module({IMG!r}, nn.Identity())
+        self.add_module({SCRIPT!r}, nn.Identity())
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+torch.manual_seed(0)
+model = Net()
+x = torch.randn(3, 4)
+
+def broken_run():
+    model.encoder(x)
+    raise RuntimeError("forward exploded on purpose")
+
+def hooks_left(m):
+    return sum(len(s._forward_hooks) + len(s._forward_pre_hooks) for s in m.modules())
+"""
+
+
+def _name_cell(root: Any, name: str) -> Any:
+    return root.locator(".vl-mt-name").filter(has_text=re.compile(f"^{re.escape(name)}$"))
+
+
+def test_model_widgets_in_jupyterlab(lab: Any) -> None:
+    page = lab.page
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    nb = lab.write_notebook(
+        "model_widgets.ipynb",
+        [
+            SETUP,
+            "config_tree = ConfigTreeWidget(VinConfig())\nconfig_tree",
+            "table = ModuleTableWidget(model)\ntable",
+            "browser = SnapshotBrowserWidget(model, lambda: model(x))\nbrowser",
+            "failing = SnapshotBrowserWidget(model, broken_run, module_paths=['encoder.0'])\nfailing",
+        ],
+    )
+    lab.open(nb)
+    lab.run_all()
+
+    # -- config tree: target type at the root, hostile values as literal text -------------
+    tree = page.locator(".vl-config-tree")
+    expect(tree.locator(".vl-ct-target-type")).to_have_text("vin.models.VinModel")
+    expect(tree.locator(".vl-ct-value", has_text=IMG)).to_be_visible()
+    tree.locator(".vl-ct-search").fill("depth")
+    expect(tree.locator(".vl-ct-row:not([hidden])")).to_have_count(2)  # encoder + encoder.depth
+    tree.locator(".vl-ct-search").fill("")
+    expect(tree.locator(".vl-ct-value", has_text=SCRIPT)).to_be_visible()
+
+    # -- module table: click, shift-click, ctrl-click; kernel sees the selection ----------
+    table = page.locator(".vl-module-table")
+    expect(table.locator(".vl-mt-totals")).to_contain_text("7 modules")
+    _name_cell(table, "encoder").click()
+    _name_cell(table, "head").click(modifiers=["Shift"])
+    expect(table.locator(".vl-vt-row.vl-selected")).to_have_count(4)
+    _name_cell(table, IMG).click(modifiers=["Control"])
+    expected = ["encoder", "encoder.0", "encoder.1", "head", IMG]
+    assert lab.kernel_json("table.selected_paths") == expected
+    # and the other way: Python sets the selection, the browser shows it
+    lab.kernel_json("setattr(table, 'selected_paths', ['head']) or table.selected_paths")
+    expect(table.locator(".vl-vt-row.vl-selected")).to_have_count(1)
+    expect(table.locator(".vl-vt-row.vl-selected .vl-mt-name")).to_have_text("head")
+
+    # -- snapshot browser: pick a module, capture, inspect a row, download the CSV ---------
+    browser = page.locator(".vl-snapshot-browser").first
+    _name_cell(browser, "head").click()
+    expect(browser.locator(".vl-sb-selection")).to_have_text("1 module selected")
+    browser.locator("input[name=max_samples_per_tensor]").fill("5")
+    browser.locator(".vl-sb-capture").click()
+    expect(browser.locator(".vl-sb-tensors")).to_have_text("2 / 64")
+    kernel = lab.kernel_json(
+        "[[s.module_path, s.direction, s.shape, len(s.values)] for s in browser.snapshots]"
+    )
+    assert kernel == [["head", "input", [3, 8], 5], ["head", "output", [3, 2], 5]]
+    assert lab.kernel_json("browser.selected_paths") == ["head"]
+    browser.locator(".vl-sb-results .vl-vt-row[data-row='1']").click()
+    expect(browser.locator(".vl-sb-value")).to_have_count(5)
+    expect(browser.locator("svg.vl-hist rect").first).to_be_attached()
+    with page.expect_download() as download_info:
+        browser.locator(".vl-sb-download").click()
+    download = download_info.value
+    assert download.suggested_filename == "snapshots.csv"
+    rows = list(csv.DictReader(io.StringIO(Path(download.path()).read_text(encoding="utf-8"))))
+    assert [(r["module_path"], r["direction"], r["shape"]) for r in rows] == [
+        ("head", "input", "[3,8]"),
+        ("head", "output", "[3,2]"),
+    ]
+    values = lab.kernel_json("[list(s.values) for s in browser.snapshots]")
+    for row, sample in zip(rows, values, strict=True):
+        assert [float(v) for v in row["values"].strip("[]").split(",")] == sample
+
+    # bad limits: the kernel's error names the field, nothing runs, nothing is hooked
+    browser.locator("input[name=max_tensors]").fill("0")
+    browser.locator(".vl-sb-capture").click()
+    expect(browser.locator(".vl-error")).to_contain_text("max_tensors")
+    assert lab.kernel_json("[len(browser.snapshots), hooks_left(model)]") == [2, 0]
+
+    # run() raising: error and traceback in the widget, kernel alive, hooks gone
+    failing = page.locator(".vl-snapshot-browser").nth(1)
+    failing.locator(".vl-sb-capture").click()
+    expect(failing.locator(".vl-error-message")).to_contain_text("forward exploded on purpose")
+    expect(failing.locator(".vl-error-traceback")).to_contain_text("broken_run")
+    expect(failing.locator(".vl-sb-result-note")).to_contain_text("Partial")
+    assert lab.kernel_json(
+        "[hooks_left(model), failing.status, [s.module_path for s in failing.snapshots]]"
+    ) == [0, "error", ["encoder.0", "encoder.0"]]  # input and output, then the raise
+
+    # -- hostile names stayed text and ran nothing -----------------------------------------
+    assert page.evaluate("window.__pwned") is None
+    assert dialogs == []
+    expect(_name_cell(table, IMG)).to_be_visible()
+    expect(_name_cell(table, SCRIPT)).to_be_visible()
+    assert page.locator(".vl-root img, .vl-root script").count() == 0
+
+    # -- screenshots, light and dark ---------------------------------------------------------
+    shots = {"config-tree": tree, "module-table": table, "snapshot-browser": browser}
+    for dark in (False, True):
+        lab.set_theme(dark)
+        for name, locator in shots.items():
+            locator.scroll_into_view_if_needed()
+            lab.screenshot(f"{name}-{'dark' if dark else 'light'}", locator)
+    lab.set_theme(False)
+    assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []
