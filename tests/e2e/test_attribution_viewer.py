@@ -5,7 +5,11 @@ light and dark screenshots."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
+
+import pytest
+from matplotlib.image import imread
 
 # Where each test plants the bright evidence blob, per camera (row, col); away from the
 # centre and the borders so a map that ignored the image could not land there by chance.
@@ -130,7 +134,7 @@ w
 """
 
 
-def test_recompute_progress_errors_and_themes(lab: Any) -> None:
+def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     lab.open(lab.write_notebook("attribution_recompute.ipynb", [SETUP, FLAKY]))
     lab.run_all()
     _wait_for_maps(lab, 1)
@@ -210,6 +214,28 @@ def test_recompute_progress_errors_and_themes(lab: Any) -> None:
     root.locator(".vl-av-panel[data-camera='slam-right']").focus()
     lab.page.keyboard.press("Escape")
     assert root.locator(".vl-av-panel:visible").count() == 3
+
+    # Hovering reads the raw value under the pointer; PNG downloads the overlay as shown.
+    rgb = root.locator(".vl-av-panel[data-camera='rgb']")
+    canvas = rgb.locator("canvas")
+    box = canvas.bounding_box()
+    assert box is not None
+    row, col = EVIDENCE["rgb"]
+    lab.page.mouse.move(
+        box["x"] + (col + 0.5) * box["width"] / 96, box["y"] + (row + 0.5) * box["height"] / 96
+    )
+    readout = rgb.locator(".vl-av-readout").inner_text()
+    value = lab.kernel_json(f"float(w.maps['rgb'][{row}, {col}])")
+    assert readout.startswith(f"({row}, {col}) "), readout
+    assert float(readout.split(") ")[1]) == pytest.approx(value, rel=1e-3)
+    with lab.page.expect_download() as download_info:
+        rgb.locator(".vl-av-download").click()
+    download = download_info.value
+    assert download.suggested_filename == "rgb-ablation_cam.png"
+    saved = tmp_path / "rgb.png"
+    download.save_as(saved)
+    pixels = imread(saved)
+    assert pixels.shape[:2] == (96, 96)
 
     root.scroll_into_view_if_needed()
     lab.screenshot("attribution_viewer-light", root)
