@@ -240,3 +240,42 @@ def test_writer_round_trip_on_random_shard_sizes(
             for _, points in reader.iter_vin_points(shard)
         ]
         assert [p.tobytes() for p in streamed] == [s.vin_points.tobytes() for s in samples]
+
+
+def test_batched_record_decoding_checks_every_record_boundary() -> None:
+    from vinlens.store.records import decode_records
+
+    records = [encode_record({"points": np.full((i + 1, 3), i, np.float32)}) for i in range(4)]
+    data = b"".join(records)
+    bounds = [0, *np.cumsum([len(r) for r in records]).tolist()]
+    decoded = list(decode_records(data, bounds))
+    assert [d["points"].shape[0] for d in decoded] == [1, 2, 3, 4]
+    # Offsets that put two maps into one record, or split one map over two, are refused.
+    merged = [bounds[0], bounds[2], bounds[3], bounds[4]]
+    with pytest.raises(RecordDecodeError, match="more than one") as info:
+        list(decode_records(data, merged))
+    assert info.value.index == 0
+    split = [*bounds[:2], bounds[1] + 5, *bounds[2:]]
+    with pytest.raises(RecordDecodeError, match="truncated") as info:
+        list(decode_records(data, split))
+    assert info.value.index == 1
+
+
+def test_streaming_a_corrupt_record_names_file_and_record(small_store) -> None:
+    from vinlens.store.format import CorruptRecordError
+
+    with VinOfflineStoreReader(small_store.config) as reader:
+        offsets = reader.record_offsets("00001", "vin_points")
+    path = small_store.store_dir / "shards/00001/records/vin_points.msgpack"
+    data = bytearray(path.read_bytes())
+    data[int(offsets[3])] = 0x91  # a one-element array instead of the record's map
+    path.write_bytes(bytes(data))
+    with VinOfflineStoreReader(small_store.config) as reader:
+        rows = []
+        with pytest.raises(
+            CorruptRecordError, match=r"record 3 .*expected a map|record 3 "
+        ) as info:
+            for row, _points in reader.iter_vin_points("00001"):
+                rows.append(row)
+        assert rows == [0, 1, 2]
+        assert str(path) in str(info.value)

@@ -64,7 +64,7 @@ from vinlens.store.format import (
     record_paths,
     shard_dir,
 )
-from vinlens.store.records import RecordDecodeError, decode_record
+from vinlens.store.records import RecordDecodeError, decode_record, decode_records
 from vinlens.store.sample import VinOfflineSample
 
 __all__ = [
@@ -835,11 +835,18 @@ class VinOfflineStoreReader:
                     path=self.access.describe(block.msgpack_rel),
                     expected="a file as long as its offsets say",
                 )
-            view = memoryview(data)
-            for i in range(row, end):
-                lo = offsets[i - start] - base
-                hi = offsets[i + 1 - start] - base
-                yield i, self._decode(block, i, view[lo:hi])
+            try:
+                yield from enumerate(
+                    decode_records(data, offsets[row - start : end - start + 1]), start=row
+                )
+            except RecordDecodeError as exc:
+                bad = row + (exc.index or 0)
+                raise CorruptRecordError(
+                    str(exc),
+                    path=self.access.describe(block.msgpack_rel),
+                    location=f"record {bad} (bytes {int(block.offsets[bad])}:{int(block.offsets[bad + 1])})",
+                    expected="one msgpack map per record",
+                ) from exc
             row = end
 
     def read_vin_points(self, shard_id: str, row: int) -> np.ndarray:

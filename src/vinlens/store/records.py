@@ -9,7 +9,8 @@ that must match ``shape`` and ``dtype`` exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -21,6 +22,7 @@ __all__ = [
     "RecordDecodeError",
     "decode_ndarray",
     "decode_record",
+    "decode_records",
     "encode_ndarray",
     "encode_record",
 ]
@@ -30,6 +32,8 @@ _NDARRAY_KEYS = frozenset({"dtype", "shape", "data"})
 
 class RecordDecodeError(ValueError):
     """The bytes are not one v1 msgpack record; the reader adds file and row to the message."""
+
+    index: int | None = None  # position in a batch, set by decode_records
 
 
 def encode_ndarray(array: np.ndarray) -> dict[str, Any]:
@@ -131,6 +135,75 @@ def _decode_value(value: Any) -> Any:
     raise RecordDecodeError(f"msgpack value of type {kind.__name__} is not allowed")
 
 
+def _decode_map(obj: Any) -> dict[str, Any]:
+    if type(obj) is not dict:
+        raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if (
+            type(value) is dict
+            and len(value) == 3
+            and value.keys() == _NDARRAY_KEYS
+            and type(value.get("data")) is bytes
+        ):
+            out[key] = decode_ndarray(value)
+        else:
+            out[key] = _decode_value(value)
+    return out
+
+
+def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any]]:
+    """Decode consecutive records; record ``i`` must be exactly ``data[bounds[i]:bounds[i + 1]]``.
+
+    One bounded :class:`msgpack.Unpacker` walks the batch (every length limit is the
+    largest record's size, the buffer limit the batch size, no extension types), and
+    after each map its position must equal the next bound, so a record that is not
+    exactly one map is caught just as by :func:`decode_record`. On any problem the
+    offending record is decoded alone with :func:`decode_record` for a precise message
+    (``RecordDecodeError`` carries ``.index``, the position within ``bounds``).
+    """
+    if len(bounds) < 2:
+        return
+    base = bounds[0]
+    largest = max(b - a for a, b in itertools.pairwise(bounds))
+    unpacker = msgpack.Unpacker(
+        None,
+        raw=False,
+        use_list=True,
+        strict_map_key=True,
+        ext_hook=_refuse_ext,
+        max_buffer_size=max(len(data), 1),
+        max_str_len=largest,
+        max_bin_len=largest,
+        max_array_len=largest,
+        max_map_len=largest,
+        max_ext_len=0,
+    )
+    unpacker.feed(data)
+    view = memoryview(data)
+    for i in range(len(bounds) - 1):
+        start, stop = bounds[i] - base, bounds[i + 1] - base
+        try:
+            obj = unpacker.unpack()
+            ok = unpacker.tell() == stop
+        except Exception:
+            ok = False
+        if not ok:
+            try:
+                decode_record(view[start:stop])
+            except RecordDecodeError as exc:
+                exc.index = i
+                raise
+            error = RecordDecodeError("record bytes do not hold exactly one msgpack map")
+            error.index = i
+            raise error
+        try:
+            yield _decode_map(obj)
+        except RecordDecodeError as exc:
+            exc.index = i
+            raise
+
+
 def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     """Decode exactly one msgpack map; ndarray maps become read-only numpy arrays.
 
@@ -166,8 +239,4 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     except (TypeError, msgpack.UnpackException) as exc:
         # FormatError, StackError, unhashable keys.
         raise RecordDecodeError(f"not one msgpack record ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(obj, dict):
-        raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
-    result = _decode_value(obj)
-    assert isinstance(result, dict)
-    return result
+    return _decode_map(obj)
