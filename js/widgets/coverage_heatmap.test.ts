@@ -97,7 +97,7 @@ describe("sorting and layout", () => {
 
   it("shrinks cells to fit many scenes and maps pixels back to cells", () => {
     const small = gridLayout(10, 700);
-    expect(small.cell).toBe(14);
+    expect(small.cell).toBe(20);
     const medium = gridLayout(5000, 700, 420);
     expect(medium.height).toBeLessThanOrEqual(420);
     expect(medium.cols * medium.rows).toBeGreaterThanOrEqual(5000);
@@ -106,9 +106,9 @@ describe("sorting and layout", () => {
     expect(big.cell).toBe(2);
     expect(big.cols * big.rows).toBeGreaterThanOrEqual(100000);
     expect(cellAt(small, 0, 0, 10)).toBe(0);
-    expect(cellAt(small, 15, 0, 10)).toBe(1);
-    expect(cellAt(small, 14.7, 0, 10)).toBe(-1); // the gap between cells
-    expect(cellAt(small, 0, 15, 10)).toBe(-1); // second row is empty (10 < cols)
+    expect(cellAt(small, 21, 0, 10)).toBe(1);
+    expect(cellAt(small, 20.7, 0, 10)).toBe(-1); // the gap between cells
+    expect(cellAt(small, 0, 21, 10)).toBe(-1); // second row is empty (10 < cols)
   });
 });
 
@@ -154,7 +154,7 @@ describe("coverage heatmap", () => {
     expect(tip.textContent).toContain("missing 1 · outside 0");
     expect(tip.querySelector("img")).toBeNull();
 
-    canvas.dispatchEvent(new MouseEvent("click", { clientX: 15 + 3, clientY: 3 }));
+    canvas.dispatchEvent(new MouseEvent("click", { clientX: 21 + 3, clientY: 3 }));
     const cmd = model.sent.at(-1)!.content;
     expect(cmd).toMatchObject({ kind: "command", name: "scene_snippets", args: { scene_id: "scene_000002" } });
     expect(model.get("selected_scene")).toBe("scene_000002");

@@ -106,16 +106,18 @@ export interface GridLayout {
   height: number;
 }
 
-/** Square cells filling `width`; cells shrink (down to 2 px) so the grid fits `maxHeight`. */
+/** Square cells filling `width`; cells shrink (20 px down to 2 px) so the grid fits `maxHeight`. */
 export function gridLayout(n: number, width: number, maxHeight = 420): GridLayout {
   const w = Math.max(40, Math.floor(width));
-  let cell = 14;
+  let cell = 20;
   for (;;) {
     const gap = cell >= 6 ? 1 : 0;
     const cols = Math.max(1, Math.floor((w + gap) / (cell + gap)));
     const rows = Math.max(1, Math.ceil(n / cols));
     const height = rows * (cell + gap);
-    if (height <= maxHeight || cell <= 2) return { cell, gap, cols, rows, width: cols * (cell + gap), height };
+    if (height <= maxHeight || cell <= 2) {
+      return { cell, gap, cols, rows, width: Math.min(cols, Math.max(1, n)) * (cell + gap), height };
+    }
     cell -= 1;
   }
 }
@@ -259,6 +261,8 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
     canvas.height = Math.max(1, Math.round(layout.height * ratio));
     canvas.style.width = `${layout.width}px`;
     canvas.style.height = `${layout.height}px`;
+    canvas.dataset.step = String(layout.cell + layout.gap);
+    canvas.dataset.cols = String(layout.cols);
     const ctx = canvas.getContext("2d");
     if (!ctx) return;
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
@@ -389,9 +393,9 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
       const i = order[p];
       const id = rows.sceneId(i);
       const tr = h("tr", { tabindex: 0, class: `vl-cov-row ${id === selected ? "vl-selected" : ""}`, "data-scene": id },
-        h("td", { class: "vl-mono" }, id),
-        ...(["dataset_snippets", "store_snippets", "covered_snippets", "missing_in_store", "outside_dataset"] as const).map((k) => h("td", { class: "vl-num" }, formatNumber(rows!.num(k, i)))),
-        h("td", { class: "vl-num" }, pct(rows.num("coverage", i))));
+        h("td", { class: "vl-mono", title: id }, id),
+        h("td", { class: "vl-num" }, pct(rows.num("coverage", i))),
+        ...(["dataset_snippets", "store_snippets", "covered_snippets", "missing_in_store", "outside_dataset"] as const).map((k) => h("td", { class: "vl-num" }, formatNumber(rows!.num(k, i)))));
       tr.addEventListener("click", () => { ui.cursor = p; selectScene(id); });
       tr.addEventListener("keydown", (ev: KeyboardEvent) => {
         if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); ui.cursor = p; selectScene(id); }
@@ -405,7 +409,7 @@ export function render({ model, el }: RenderProps<CoverageModel>): () => void {
     replaceChildren(tableWrap,
       h("div", { class: "vl-toolbar" }, prev, h("span", { class: "vl-muted" }, `scenes ${formatNumber(start + 1)}–${formatNumber(Math.min(order.length, start + PAGE))} of ${formatNumber(order.length)}`), next),
       h("div", { class: "vl-cov-scroll" }, h("table", { class: "vl-table vl-cov-table" },
-        h("thead", {}, h("tr", {}, h("th", {}, "scene"), ...["raw", "store", "covered", "missing", "outside", "coverage"].map((t) => h("th", { class: "vl-num" }, t)))),
+        h("thead", {}, h("tr", {}, h("th", {}, "scene"), ...["coverage", "raw", "store", "covered", "missing", "outside"].map((t) => h("th", { class: "vl-num" }, t)))),
         h("tbody", {}, ...trs))));
   }
 

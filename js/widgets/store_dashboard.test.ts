@@ -103,7 +103,7 @@ describe("store dashboard", () => {
     const box = el.querySelector(".vl-sd-problems")!;
     expect(box.getAttribute("role")).toBe("alert");
     expect(box.classList.contains("vl-sd-has-errors")).toBe(true);
-    expect(box.querySelector("h4")!.textContent).toBe("1 integrity problem");
+    expect(box.querySelector("h4")!.textContent).toBe("1 integrity problem · 1 notice");
     const items = [...box.querySelectorAll("li")].map((li) => li.textContent);
     expect(items[0]).toContain("MissingChunksError");
     expect(items[0]).toContain(HOSTILE);
@@ -179,11 +179,12 @@ describe("store dashboard", () => {
     (el.querySelector(".vl-sd-refresh") as HTMLButtonElement).click();
     expect(model.sent[1].content.args).toEqual({ max_samples: null });
 
-    model.kernelSet("acquisition", { id: "acquire-1", state: "running", step: "reading store", done: 1, total: 3, trigger: "refresh", message: "" });
+    model.kernelSet("acquisition", { id: "acquire-1", state: "running", step: "reading store", done: 256, total: 1024, unit: "rows", trigger: "refresh", message: "" });
     const cancel = el.querySelector(".vl-sd-cancel") as HTMLButtonElement;
     expect(cancel.hidden).toBe(false);
     expect((el.querySelector(".vl-sd-refresh") as HTMLButtonElement).disabled).toBe(true);
-    expect(el.querySelector(".vl-progress-label")!.textContent).toBe("reading store (1/3)");
+    expect(el.querySelector(".vl-progress-label")!.textContent).toBe("reading store: 256 / 1,024 rows");
+    expect((el.querySelector(".vl-progress") as HTMLProgressElement).value).toBe(256);
     cancel.click();
     expect(model.sent[2].content).toEqual({ kind: "cancel", id: "acquire-1" });
     model.kernelSet("acquisition", { id: "acquire-1", state: "cancelled", step: "", done: 0, total: 3, trigger: "refresh", message: "" });
@@ -207,9 +208,11 @@ describe("store dashboard", () => {
   });
 
   it("shows progress before the first payload and renders it when it arrives", () => {
-    const model = makeModel({ acquisition: { id: "a", state: "running", step: "capturing request", done: 0, total: 3, trigger: "construction", message: "" } });
+    const model = makeModel({ acquisition: { id: "a", state: "running", step: "capturing request", done: 0, total: 0, trigger: "construction", message: "" } });
     const { el } = mount(model);
     expect(el.querySelector(".vl-sd-body")!.textContent).toContain("Acquiring store statistics");
+    expect(el.querySelector(".vl-progress-label")!.textContent).toBe("capturing request…");
+    expect(el.querySelector(".vl-progress")!.hasAttribute("value")).toBe(false);
     model.kernelSet("payload", payload());
     expect(el.querySelector(".vl-sd-dl")).not.toBeNull();
   });

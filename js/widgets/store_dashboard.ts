@@ -56,6 +56,8 @@ export interface Acquisition {
   step: string;
   done: number;
   total: number;
+  /** What done/total count ("rows"), or "" for a step without a count. */
+  unit?: string;
   trigger: string;
   message: string;
 }
@@ -126,6 +128,19 @@ function table(headers: string[], rows: (string | number | Node)[][], numeric: b
     h("tbody", {}, ...rows.map((r) => h("tr", {}, ...r.map((c, i) => h("td", { class: numeric[i] ? "vl-num" : "" }, c))))));
 }
 
+/** "1 integrity problem · 2 warnings · 1 notice" */
+export function problemsTitle(problems: Problem[]): string {
+  const count = (sev: Problem["severity"]) => problems.filter((p) => p.severity === sev).length;
+  const parts: string[] = [];
+  const e = count("error");
+  const w = count("warning");
+  const n = count("notice");
+  if (e) parts.push(`${e} integrity problem${e > 1 ? "s" : ""}`);
+  if (w) parts.push(`${w} warning${w > 1 ? "s" : ""}`);
+  if (n) parts.push(`${n} notice${n > 1 ? "s" : ""}`);
+  return parts.join(" · ");
+}
+
 function card(title: string, ...children: (Node | string | null)[]): HTMLElement {
   return h("section", { class: "vl-sd-card" }, h("h4", { class: "vl-sd-card-title" }, title), ...children);
 }
@@ -180,7 +195,9 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
     refreshBtn.disabled = running;
     cancelBtn.hidden = !running;
     if (running) {
-      status.progress(acq.done, acq.total, `${acq.step} (${acq.done}/${acq.total})`);
+      status.progress(acq.done, acq.total, acq.total ? `${acq.step}: ${formatNumber(acq.done)} / ${formatNumber(acq.total)} ${acq.unit ?? ""}`.trim() : `${acq.step}…`);
+      // No count for this step: an indeterminate bar rather than an empty one.
+      if (!acq.total) status.el.querySelector(".vl-progress")?.removeAttribute("value");
       stepEl.textContent = "";
     } else {
       status.clearProgress();
@@ -239,7 +256,7 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
     }
     const errors = problems.filter((x) => x.severity === "error").length;
     return h("section", { class: `vl-sd-problems ${errors ? "vl-sd-has-errors" : ""}`, role: errors ? "alert" : "status", "aria-label": "Integrity problems" },
-      h("h4", { class: "vl-sd-problems-title" }, errors ? `${errors} integrity problem${errors > 1 ? "s" : ""}` : `${problems.length} notice${problems.length > 1 ? "s" : ""}`),
+      h("h4", { class: "vl-sd-problems-title" }, problemsTitle(problems)),
       h("ul", {}, ...problems.map((x) => h("li", { class: `vl-sd-problem vl-sd-${x.severity}` },
         h("span", { class: "vl-sd-sev" }, x.severity), " ", h("strong", {}, x.title), x.detail ? h("div", { class: "vl-sd-detail" }, x.detail) : null))));
   }

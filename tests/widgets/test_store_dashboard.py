@@ -153,13 +153,15 @@ def test_replacement_during_the_read_is_refused_and_old_numbers_marked_stale(tmp
     write_synthetic_store(path)
     w = widget_for(path)
     old = w.payload["header"]["digest"]
-    real_inspect = dashboard_module.inspect_vin_offline_dataset_stats
+    real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
 
-    def replace_then_inspect(request):
+    def replace_then_inspect(request, progress_cb):
         write_synthetic_store(path, SyntheticStoreSpec(seed=9), replace=True)
-        return real_inspect(request)
+        return real_inspect(request, progress_cb)
 
-    monkeypatch.setattr(dashboard_module, "inspect_vin_offline_dataset_stats", replace_then_inspect)
+    monkeypatch.setattr(
+        dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", replace_then_inspect
+    )
     reply = w.run_command("refresh", {})
     assert reply["kind"] == "error" and "replaced" in reply["message"]
     assert w.status == "error" and "replaced" in w.error
@@ -167,7 +169,9 @@ def test_replacement_during_the_read_is_refused_and_old_numbers_marked_stale(tmp
     assert w.stale is True and w.payload["header"]["digest"] == old
     assert w.acquisition["state"] == "failed"
 
-    monkeypatch.setattr(dashboard_module, "inspect_vin_offline_dataset_stats", real_inspect)
+    monkeypatch.setattr(
+        dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", real_inspect
+    )
     reply = w.run_command("refresh", {})
     assert reply["kind"] == "result" and reply["data"]["replaced"] is True
     assert w.stale is False and w.payload["header"]["digest"] != old
@@ -177,14 +181,16 @@ def test_cancel_returns_at_once_and_keeps_the_shown_numbers(store, monkeypatch):
     w = widget_for(store.config.store_dir)
     shown = w.payload["header"]["digest"]
     entered, release = threading.Event(), threading.Event()
-    real_inspect = dashboard_module.inspect_vin_offline_dataset_stats
+    real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
 
-    def blocking_inspect(request):
+    def blocking_inspect(request, progress_cb):
         entered.set()
         release.wait(30)
-        return real_inspect(request)
+        return real_inspect(request, progress_cb)
 
-    monkeypatch.setattr(dashboard_module, "inspect_vin_offline_dataset_stats", blocking_inspect)
+    monkeypatch.setattr(
+        dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", blocking_inspect
+    )
     w._dispatch({"kind": "command", "id": "r1", "name": "refresh", "args": {}})
     assert entered.wait(30)
     assert w.acquisition["state"] == "running" and w.acquisition["step"] == "reading store"
@@ -201,6 +207,40 @@ def test_cancel_returns_at_once_and_keeps_the_shown_numbers(store, monkeypatch):
     assert reply["kind"] == "error" and reply["cancelled"] is True
     assert w.acquisition["state"] == "cancelled"
     assert w.payload["header"]["digest"] == shown and w.status == "idle"
+
+
+def test_progress_counts_rows_and_a_cancel_stops_the_engine_at_a_shard(tmp_path, monkeypatch):
+    path = tmp_path / "store"
+    write_synthetic_store(path, SyntheticStoreSpec(num_scenes=4, rows_per_shard=4))
+    sent: list[dict] = []
+    calls: list[tuple[int, int]] = []
+    real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
+
+    def counting_inspect(request, progress_cb):
+        def cb(done, total):
+            calls.append((done, total))
+            progress_cb(done, total)
+
+        return real_inspect(request, cb)
+
+    def send(self, content, buffers=None):
+        sent.append(content)
+        if content.get("kind") == "progress" and content["total"] and content["done"] >= 8:
+            self._dispatch({"kind": "cancel", "id": content["id"]})
+
+    monkeypatch.setattr(
+        dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", counting_inspect
+    )
+    monkeypatch.setattr(StoreDashboardWidget, "send", send)
+    w = StoreDashboardWidget(path, max_samples=None)
+    with pytest.raises(RuntimeError, match="no statistics"):
+        w.wait(120)
+    assert w.acquisition["state"] == "cancelled" and w.acquisition["unit"] == "rows"
+    # Rows are reported per 4-row shard out of all 32; the engine stopped after the
+    # second shard instead of reading the remaining six.
+    assert calls[:3] == [(0, 32), (4, 32), (8, 32)]
+    threading.Event().wait(0.5)
+    assert len(calls) == 3 and w.payload == {}
 
 
 def test_bad_arguments_and_missing_store_are_clear_errors(tmp_path, store):

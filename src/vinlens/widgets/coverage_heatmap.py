@@ -446,18 +446,11 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     # -- static fallback ---------------------------------------------------------------
     def to_png(self) -> bytes:
-        """A matplotlib PNG of the per-scene coverage (needs a finished scan)."""
-        from vinlens.plotting import plot_vin_offline_dataset_coverage
+        """A matplotlib PNG of per-scene coverage (needs a finished scan)."""
+        from vinlens.plotting import plot_scene_coverage
 
-        record = self._require_record()
-        figure = plot_vin_offline_dataset_coverage(record)
         buffer = io.BytesIO()
-        try:
-            figure.savefig(buffer, format="png", dpi=90)
-        finally:
-            import matplotlib.pyplot as plt
-
-            plt.close(figure)
+        plot_scene_coverage(self._require_record()).savefig(buffer, format="png", dpi=72)
         return buffer.getvalue()
 
     def _repr_html_(self) -> str:

@@ -2,7 +2,9 @@
 
 The widget owns no diagnostics. It acquires them the way the engine asks callers to:
 :func:`capture_vin_offline_dataset_stats_request` pins the store *generation* before
-anything is read, and :func:`inspect_vin_offline_dataset_stats` reads and refuses a store
+anything is read, and :func:`inspect_vin_offline_dataset_stats` (through its variant
+``inspect_vin_offline_dataset_stats_with_progress``, which reports rows read per shard and
+is where a cancel stops the engine) reads and refuses a store
 replaced before or during the read. The request's digest is what the header shows as the
 generation digest, so two dashboards showing the same digest show the same bytes.
 
@@ -41,7 +43,7 @@ from vinlens.store.diagnostics import (
     VinOfflineDatasetStats,
     VinOfflineDatasetStatsRequest,
     capture_vin_offline_dataset_stats_request,
-    inspect_vin_offline_dataset_stats,
+    inspect_vin_offline_dataset_stats_with_progress,
 )
 from vinlens.store.format import (
     StoreNotFoundError,
@@ -68,8 +70,6 @@ __all__ = [
 
 #: Unpaired sample keys listed by name in the payload (the count is always exact).
 MAX_UNPAIRED_EXAMPLES = 20
-
-_STEPS = ("capturing request", "reading store", "building payload")
 
 T = TypeVar("T")
 
@@ -295,8 +295,10 @@ def dashboard_payload(
 def _call_cancellable(func: Callable[[], T], ctx: CommandContext, poll_s: float = 0.05) -> T:
     """Run ``func`` on its own thread and return its result, or raise on cancellation.
 
-    The engine call has no cancellation hook; it only reads, so abandoning it is safe:
-    its thread finishes in the background and the result is dropped.
+    The engine checks for cancellation only through its progress callback, once per shard
+    (and not at all during the batch preview at the end), so the command answers a cancel
+    at once from here; the engine only reads, so its thread winding down in the background
+    is safe, and its result is dropped.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -445,26 +447,37 @@ class StoreDashboardWidget(VinlensWidget):
 
         self._background_executor().submit(job)
 
-    def _set_step(self, ctx: CommandContext, trigger: str, index: int, **extra: Any) -> None:
+    def _set_step(
+        self,
+        ctx: CommandContext,
+        trigger: str,
+        step: str,
+        done: int = 0,
+        total: int = 0,
+        unit: str = "",
+    ) -> None:
+        """Publish where the acquisition is; raises CommandCancelled once cancelled."""
         self.acquisition = {
             "id": ctx.request_id,
             "state": "running",
-            "step": _STEPS[index],
-            "done": index,
-            "total": len(_STEPS),
+            "step": step,
+            "done": int(done),
+            "total": int(total),
+            "unit": unit,
             "trigger": trigger,
             "message": "",
-            **extra,
         }
-        ctx.progress(index, len(_STEPS))
+        ctx.progress(done, total)
 
     def _finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
+        previous = self.acquisition
         self.acquisition = {
             "id": ctx.request_id,
             "state": state,
             "step": "",
-            "done": len(_STEPS) if state == "done" else 0,
-            "total": len(_STEPS),
+            "done": previous.get("done", 0),
+            "total": previous.get("total", 0),
+            "unit": previous.get("unit", ""),
             "trigger": trigger,
             "message": message,
         }
@@ -477,7 +490,7 @@ class StoreDashboardWidget(VinlensWidget):
         self.error_traceback = ""
         path = self._config.store_dir
         try:
-            self._set_step(ctx, trigger, 0)
+            self._set_step(ctx, trigger, "capturing request")
             try:
                 request = capture_vin_offline_dataset_stats_request(
                     self._config, max_samples=self.max_samples
@@ -489,10 +502,19 @@ class StoreDashboardWidget(VinlensWidget):
                 ) from exc
             previous = self._request
             replaced_between = previous is not None and request.generation != previous.generation
-            self._set_step(ctx, trigger, 1)
+            self._set_step(ctx, trigger, "reading store")
             started = time.perf_counter()
+
+            def rows_read(done: int, total: int) -> None:
+                # Runs on the engine's thread; raising here (cancelled) stops the engine
+                # at the next shard and closes its reader.
+                self._set_step(ctx, trigger, "reading store", done, total, "rows")
+
             try:
-                stats = _call_cancellable(lambda: inspect_vin_offline_dataset_stats(request), ctx)
+                stats = _call_cancellable(
+                    lambda: inspect_vin_offline_dataset_stats_with_progress(request, rows_read),
+                    ctx,
+                )
             except StoreReplacedError as exc:
                 self.replacement = {
                     "replaced": True,
@@ -507,7 +529,7 @@ class StoreDashboardWidget(VinlensWidget):
                     self.stale = True
                 raise CommandError(f"store replaced during acquisition: {exc}") from exc
             engine_seconds = time.perf_counter() - started
-            self._set_step(ctx, trigger, 2)
+            self._set_step(ctx, trigger, "building payload")
             payload = dashboard_payload(stats, request, engine_seconds=engine_seconds)
             ctx.check_cancelled()
             digest = request.digest()
@@ -557,20 +579,14 @@ class StoreDashboardWidget(VinlensWidget):
 
     # -- static fallback ---------------------------------------------------------------
     def to_png(self) -> bytes:
-        """A matplotlib PNG of the headline numbers and histograms (needs finished stats)."""
-        from vinlens.plotting import plot_vin_offline_dataset_stats
+        """A matplotlib PNG of candidate counts, RRI and VIN point lengths (needs stats)."""
+        from vinlens.plotting import plot_dataset_overview
 
         stats = self._stats
         if stats is None:
             raise RuntimeError("no statistics yet; call wait() first")
-        figure = plot_vin_offline_dataset_stats(stats)
         buffer = io.BytesIO()
-        try:
-            figure.savefig(buffer, format="png", dpi=90)
-        finally:
-            import matplotlib.pyplot as plt
-
-            plt.close(figure)
+        plot_dataset_overview(stats).savefig(buffer, format="png", dpi=72)
         return buffer.getvalue()
 
     def _repr_html_(self) -> str:
