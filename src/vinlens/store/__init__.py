@@ -59,12 +59,35 @@ Samples and records
     (numpy; :mod:`vinlens.store.sample`); ``encode_record`` / ``decode_record``
     (:mod:`vinlens.store.records`).
 
-Writer, dataset, synthetic data and CLI
-    ``VinOfflineStoreWriter`` (:mod:`vinlens.store.writer`),
-    ``VinOfflineDataset(config, split=None)``, ``collate_vin_oracle_batch``, ``VinOracleBatch``
-    (:mod:`vinlens.store.dataset`), ``write_synthetic_store`` / ``write_synthetic_raw_dataset``
-    (:mod:`vinlens.store.synthetic`); ``vinlens store make-demo|info`` (:mod:`vinlens.store.cli`).
-    Their signatures are in those modules' docstrings.
+Writer (:mod:`vinlens.store.writer`)
+    ``VinOfflineStoreWriter(store_dir, *, num_candidates, scene_labels=True, rows_per_shard=256,
+    replace=False, chunk_bytes=1 MiB, compressor=None | "zstd", fsync=True)``: context manager;
+    ``add(sample) -> sample_index``, ``add_batch(samples) -> list[int]``, ``finish_shard()``,
+    ``close() -> Path`` (publish), ``abort()``, ``temp_dir``, ``num_samples``.
+
+Dataset (:mod:`vinlens.store.dataset`, imports torch)
+    ``VinOfflineDataset(config, split=None)`` -> ``VinOracleSample`` (torch tensors + ids);
+    ``.samples``, ``.available_splits``, ``.manifest``, ``.generation``, ``.reader()``;
+    ``collate_vin_oracle_batch(samples) -> VinOracleBatch`` (``vin_points [B,N,3]``,
+    ``vin_points_mask``, ``vin_points_lengths``, ``candidate_valid``, ``rri``, ``rri_components``,
+    ``candidate_ids``, ``candidate_poses``, ``backbone``; ``.shapes()``, ``.tensors()``, ``.to()``).
+
+Synthetic data (:mod:`vinlens.store.synthetic`)
+    ``write_synthetic_store(store_dir, spec=SyntheticStoreSpec(), *, replace=False) ->
+    SyntheticStoreRecord``; ``write_synthetic_raw_dataset(raw_dir, store_record,
+    spec=SyntheticRawSpec()) -> SyntheticRawDatasetRecord`` (``missing_in_store``,
+    ``outside_dataset``, ``covered``, ``unparseable_members``, ``long_name_members``, ...);
+    ``write_synthetic_dataset(root, store_spec=None, raw_spec=None) -> SyntheticDatasetRecord``
+    (``.config`` has store_dir and raw_dataset_dir); ``make_synthetic_samples(spec)``.
+
+CLI (:mod:`vinlens.store.cli`)
+    ``vinlens store make-demo PATH ...`` and ``vinlens store info PATH``; other modules add
+    commands by appearing in ``STORE_COMMAND_MODULES`` and exposing
+    ``register_store_commands(store_subparsers)``; ``format_table(headers, rows)``.
+
+CHANGES (after the first commit of this API)
+    - ``StoreAccess.read_range_into(rel, start, buffer)`` added; ``decode_records`` added.
+    - Reader scan batches default to 1 MiB (was 8 MiB); same signatures.
 """
 
 from __future__ import annotations
