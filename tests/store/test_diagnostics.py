@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -395,3 +396,67 @@ def test_backbone_moments_are_float64_accurate_on_offset_data(tmp_path: Path, dt
     assert got.std == pytest.approx(values.std(), rel=1e-6)
     assert got.abs_mean == pytest.approx(np.abs(values).mean(), rel=1e-6)
     assert got.nz_frac == pytest.approx(float((np.abs(values) > 1e-6).mean()), rel=1e-12)
+
+
+def test_chunk_layouts_do_not_change_the_numbers(tmp_path: Path) -> None:
+    """Rows split over inner chunks, many rows per chunk, and zstd (zarr-decoded) chunks agree."""
+    rng = np.random.default_rng(5)
+    c = 6
+    samples = [
+        _sample(
+            i,
+            candidate_valid=rng.random(c) > 0.3,
+            rri=rng.random(c).astype(np.float32),
+            rri_components={"v": rng.random(c).astype(np.float32)},
+            candidate_ids=np.arange(c, dtype=np.int64),
+            candidate_poses=np.tile(np.array([1, 2, 2, 1, 0, 0, 0], np.float32), (c, 1)),
+            backbone={
+                "big": rng.normal(size=(64, 33)).astype(np.float32),
+                "half": rng.normal(size=(5, 7)).astype(np.float16),
+            },
+        )
+        for i in range(23)
+    ]
+    results = []
+    for name, chunk_bytes, compressor in [
+        ("raw", 1 << 20, None),
+        ("split", 1000, None),
+        ("zstd", 1000, "zstd"),
+    ]:
+        path = tmp_path / name
+        with VinOfflineStoreWriter(
+            path,
+            num_candidates=c,
+            rows_per_shard=10,
+            chunk_bytes=chunk_bytes,
+            compressor=compressor,
+            fsync=False,
+        ) as writer:
+            writer.add_batch(samples)
+        stats = collect_vin_offline_dataset_stats(path, max_samples=None)
+        assert stats.integrity_problems == []
+        results.append(stats)
+    # Block partitioning changes the float64 merge order: equal to the last few bits.
+    for other in results[1:]:
+        for ours, theirs in zip(
+            results[0].backbone_diagnostics, other.backbone_diagnostics, strict=True
+        ):
+            assert (ours.field, ours.count, ours.sampled_rows) == (
+                theirs.field,
+                theirs.count,
+                theirs.sampled_rows,
+            )
+            for name in ("mean", "std", "abs_mean", "nz_frac"):
+                assert getattr(ours, name) == pytest.approx(getattr(theirs, name), rel=1e-12)
+    plain = [
+        dataclasses.replace(r, store_dir="", generation={}, backbone_diagnostics=[])
+        for r in results
+    ]
+    assert plain[0] == plain[1] == plain[2]
+    values = np.concatenate([s.backbone["big"].astype(np.float64).ravel() for s in samples])
+    big = next(b for b in results[0].backbone_diagnostics if b.field == "big")
+    assert big.std == pytest.approx(values.std(), rel=1e-6)
+    assert (
+        results[0].rri_values
+        == np.concatenate([s.rri[s.candidate_valid] for s in samples]).astype(np.float64).tolist()
+    )

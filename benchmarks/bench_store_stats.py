@@ -1,0 +1,159 @@
+"""Store diagnostics over every row vs a raw read of the same bytes, side by side in one run.
+
+Prints the seconds of ``collect_vin_offline_dataset_stats(store, max_samples=None)`` and of
+``numpy.fromfile`` over the very files it decodes (zarr chunk files and msgpack records),
+both on a warm page cache, best of ``--repeat`` alternating runs, and their throughput
+ratio ``raw seconds / stats seconds`` (target >= 0.5x). Also prints the default 512-row
+sampled run for scale.
+
+The store looks like a VIN training store: per row a float16 voxel backbone
+(32x32x32, 64 KiB), a float32 global feature, 64 candidates with validity, RRI, one RRI
+component, ids and poses, and 512 VIN points.
+
+Usage: ``python benchmarks/bench_store_stats.py [--quick] [--size-mb N] [--repeat N] [--keep DIR]``;
+``--quick`` writes ~100 MB instead of ~1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
+from vinlens.store.sample import VinOfflineSample
+from vinlens.store.writer import VinOfflineStoreWriter
+
+NUM_CANDIDATES = 64
+BACKBONE_SHAPE = (32, 32, 32)
+VIN_POINTS = (256, 768)
+
+
+def _row_bytes() -> int:
+    c = NUM_CANDIDATES
+    return (
+        int(np.prod(BACKBONE_SHAPE)) * 2
+        + 256 * 4
+        + c * (1 + 4 + 4 + 8 + 28)
+        + (sum(VIN_POINTS) // 2) * 12
+    )
+
+
+def write_store(path: Path, size_mb: float, seed: int = 0) -> int:
+    """A store of about ``size_mb`` MB of payload; returns its number of samples."""
+    num = max(8, int(size_mb * 1e6 // _row_bytes()))
+    rng = np.random.default_rng(seed)
+    pool = 32  # random rows reused cyclically, so generating data does not dominate
+    c = NUM_CANDIDATES
+    voxel = [(rng.normal(size=BACKBONE_SHAPE) * 0.5).astype(np.float16) for _ in range(pool)]
+    glob = [rng.normal(size=256).astype(np.float32) for _ in range(pool)]
+    points = [
+        rng.normal(size=(int(rng.integers(*VIN_POINTS)), 3)).astype(np.float32) for _ in range(pool)
+    ]
+    valid = [rng.random(c) > 0.2 for _ in range(pool)]
+    rri = [rng.beta(2, 5, size=c).astype(np.float32) for _ in range(pool)]
+    q = rng.normal(size=(c, 4))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    poses = np.concatenate([rng.normal(size=(c, 3)), q], axis=1).astype(np.float32)
+    with VinOfflineStoreWriter(path, num_candidates=c, rows_per_shard=512, fsync=False) as writer:
+        for i in range(num):
+            k = i % pool
+            scene, snippet = f"scene_{i // 64:06d}", f"snippet_{i % 64:06d}"
+            writer.add(
+                VinOfflineSample(
+                    sample_key=f"{scene}/{snippet}",
+                    scene_id=scene,
+                    snippet_id=snippet,
+                    split=("train", "train", "train", "val", "test")[i % 5],
+                    vin_points=points[k],
+                    candidate_valid=valid[k],
+                    rri=rri[k],
+                    rri_components={"visibility": rri[(k + 1) % pool]},
+                    candidate_ids=np.arange(c, dtype=np.int64),
+                    candidate_poses=poses,
+                    backbone={"voxel": voxel[k], "global": glob[k]},
+                )
+            )
+    return num
+
+
+def payload_files(path: Path) -> list[Path]:
+    """The files a full scan decodes: zarr chunk files and msgpack record files."""
+    root = len(str(path))
+    return [
+        p
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and (p.suffix == ".msgpack" or "/c/" in p.as_posix()[root:])
+    ]
+
+
+def raw_read(files: list[Path]) -> int:
+    return sum(int(np.fromfile(p, dtype=np.uint8).nbytes) for p in files)
+
+
+def _best(fn: object, repeat: int) -> tuple[float, object]:
+    best = float("inf")
+    result = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="~100 MB store instead of ~1 GB")
+    parser.add_argument("--size-mb", type=float, default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, help="write (or reuse) the store here")
+    args = parser.parse_args(argv)
+    size_mb = args.size_mb or (100.0 if args.quick else 1000.0)
+
+    tmp = None
+    if args.keep is not None:
+        store = args.keep
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="vinlens-bench-stats-"))
+        store = tmp / "store"
+    try:
+        if not (store / "manifest.json").exists():
+            start = time.perf_counter()
+            num = write_store(store, size_mb)
+            print(f"wrote {num} samples in {time.perf_counter() - start:.1f} s")
+        files = payload_files(store)
+        payload = sum(p.stat().st_size for p in files)
+        raw_read(files)  # warm the page cache
+        collect_vin_offline_dataset_stats(store, max_samples=8)  # warm imports (torch, zarr)
+
+        raw_times, stats_times = [], []
+        for _ in range(args.repeat):  # alternate, so drift on a shared machine hits both
+            raw_times.append(_best(lambda: raw_read(files), 1)[0])
+            seconds, stats = _best(
+                lambda: collect_vin_offline_dataset_stats(store, max_samples=None), 1
+            )
+            stats_times.append(seconds)
+        sampled, _ = _best(lambda: collect_vin_offline_dataset_stats(store), 1)
+        raw_s, stats_s = min(raw_times), min(stats_times)
+        mb = payload / 1e6
+        print(f"store: {store} ({mb:.0f} MB payload in {len(files)} files)")
+        print(f"raw read (numpy.fromfile)   {raw_s:7.3f} s  {mb / raw_s:8.0f} MB/s")
+        print(f"stats, every row            {stats_s:7.3f} s  {mb / stats_s:8.0f} MB/s")
+        print(f"stats, 512 sampled rows     {sampled:7.3f} s")
+        print(f"ratio stats/raw throughput  {raw_s / stats_s:.2f}x  (target >= 0.5x)")
+        problems = getattr(stats, "integrity_problems", [])
+        if problems:
+            print(f"warning: {len(problems)} integrity problems", file=sys.stderr)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
