@@ -432,7 +432,7 @@ def test_prefix_never_materializes_the_source() -> None:
         mode = Sizes()
         with mode:
             prefix = _row_major_prefix(source, count)
-        assert prefix.tolist() == source.reshape(-1)[:count].tolist()
+        assert prefix == tuple(source.reshape(-1)[:count].tolist())
         assert mode.largest < 2 * count
 
 

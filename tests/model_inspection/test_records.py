@@ -78,3 +78,15 @@ def test_records_round_trip_through_asdict_and_json(small_cnn: nn.Module) -> Non
     snapshot = capture.snapshots[0]
     assert isinstance(snapshot, TensorSnapshot)
     assert json.loads(json.dumps(dataclasses.asdict(snapshot)))["values"] == list(snapshot.values)
+
+
+def test_captured_snapshots_equal_regularly_constructed_records() -> None:
+    model = nn.Linear(3, 2)
+    with capture_model(model) as capture:
+        model(torch.randn(4, 3))
+    for snapshot in capture.snapshots:
+        rebuilt = TensorSnapshot(**dataclasses.asdict(snapshot))
+        assert rebuilt == snapshot and hash(rebuilt) == hash(snapshot)
+        assert repr(rebuilt) == repr(snapshot)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            snapshot.values = ()  # type: ignore[misc]
