@@ -30,7 +30,9 @@ torch.manual_seed(0)
 demo = ensure_demo_data()  # a synthetic store + raw tar shards, made once and cached
 config = DemoVinConfig()
 model = config.setup_target().eval()
-images = make_camera_images(batch=2, seed=0)
+images = make_camera_images(batch_size=2, seed=0)
+# one image per camera, with bright evidence planted in the rgb and the left slam camera
+views = {k: v[0] for k, v in make_camera_images(evidence={'rgb': (30, 62), 'slam-left': (52, 20)}).items()}
 demo.store_dir"""
 
 TOUR: list[_Cell] = [
@@ -109,15 +111,15 @@ TOUR: list[_Cell] = [
     (
         "code",
         "from vinlens.widgets import AttributionViewerWidget\n\n"
-        "viewer = AttributionViewerWidget(model, images, target_class=EVIDENCE_CLASS,\n"
-        "                                 layer_path='encoders.{camera}.conv3', capture_mode='dedicated_layer')\n"
+        "viewer = AttributionViewerWidget(model, views, target_class=EVIDENCE_CLASS,\n"
+        "                                 layer='encoders.{camera}.conv3', capture_mode='dedicated_layer')\n"
         "viewer",
     ),
     (
         "code",
         "shared = DemoVinConfig(encoder={'capture_mode': 'stacked_camera_batch'}).setup_target().eval()\n"
-        "AttributionViewerWidget(shared, images, target_class=EVIDENCE_CLASS,\n"
-        "                        layer_path='encoder.conv3', capture_mode='stacked_camera_batch')",
+        "AttributionViewerWidget(shared, views, target_class=EVIDENCE_CLASS,\n"
+        "                        layer='encoder.conv3', capture_mode='stacked_camera_batch')",
     ),
 ]
 
@@ -172,9 +174,9 @@ STORE_DIAGNOSTICS: list[_Cell] = [
     ),
     (
         "code",
-        "from vinlens import plotting\n\n"
-        "plotting.plot_rri_histogram(stats)\nplotting.plot_scene_coverage(coverage)",
+        "from vinlens import plotting\n\nplotting.plot_rri_histogram(stats)",
     ),
+    ("code", "plotting.plot_scene_coverage(coverage)"),
 ]
 
 ATTRIBUTION: list[_Cell] = [
@@ -184,7 +186,7 @@ ATTRIBUTION: list[_Cell] = [
         "code",
         "from vinlens.attribution import explain_cameras, camera_targets_for_layer\n\n"
         "targets = camera_targets_for_layer('encoders.{camera}.conv3', 'dedicated_layer', CAMERA_KEYS)\n"
-        "attributions = explain_cameras(model, images, EVIDENCE_CLASS, targets)\n"
+        "attributions = explain_cameras(model, views, EVIDENCE_CLASS, targets)\n"
         "[(a.camera_key, a.method, a.raw_map.shape) for a in attributions]",
     ),
 ]

@@ -1,0 +1,139 @@
+"""The newcomer's path: demo data, notebooks in sync and executable, `vinlens demo`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from vinlens.cli import main
+from vinlens.demo.data import ensure_demo_data
+from vinlens.demo.notebooks import NOTEBOOKS, TOUR_NOTEBOOK, build_notebook, write_notebooks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    ensure_demo_data(root)
+    return root
+
+
+def test_committed_notebooks_match_their_source():
+    for name, cells in NOTEBOOKS.items():
+        committed = nbformat.read(REPO / "notebooks" / name, as_version=4)
+        expected = build_notebook(cells)
+        assert [c.source for c in committed.cells] == [c.source for c in expected.cells], (
+            f"notebooks/{name} is stale: run `python -m vinlens.demo.notebooks notebooks`"
+        )
+
+
+def test_demo_data_is_made_once_and_reused(demo_dir: Path):
+    data = ensure_demo_data(demo_dir)
+    manifest = data.store_dir / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    again = ensure_demo_data(demo_dir)
+    assert again.store == data.store
+    assert manifest.stat().st_mtime_ns == before  # not regenerated
+    assert sorted(p.suffix for p in data.raw_dir.rglob("*.tar"))  # raw shards exist
+
+
+def test_write_notebooks_keeps_user_edits(tmp_path: Path):
+    write_notebooks(tmp_path)
+    tour = tmp_path / TOUR_NOTEBOOK
+    tour.write_text(tour.read_text().replace("vinlens tour", "my edited tour"))
+    assert write_notebooks(tmp_path, overwrite=False) == []
+    assert "my edited tour" in tour.read_text()
+
+
+@pytest.mark.parametrize("name", [n for n in NOTEBOOKS if n != TOUR_NOTEBOOK])
+def test_area_notebooks_execute(
+    name: str, demo_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setenv("VINLENS_DEMO_DIR", str(demo_dir))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
+    assert errors == []
+
+
+def test_vinlens_demo_check_runs_the_tour(demo_dir: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["demo", "--dir", str(demo_dir), "--check"]) == 0
+    assert "code cells ran" in capsys.readouterr().out
+    assert (demo_dir / TOUR_NOTEBOOK).exists()
+
+
+def test_vinlens_demo_check_fails_when_a_cell_fails(demo_dir: Path, tmp_path: Path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    write_notebooks(broken)
+    tour = broken / TOUR_NOTEBOOK
+    nb = nbformat.read(tour, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("raise RuntimeError('planted failure')"))
+    nbformat.write(nb, str(tour))
+    (broken / "data").symlink_to(demo_dir / "data")  # so preparing the demo makes nothing
+    assert main(["demo", "--dir", str(broken), "--check"]) == 1
+
+
+def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_path: Path):
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vinlens.cli", "demo", "--dir", str(demo_dir), "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            match = re.search(r"(http://127\.0\.0\.1:\d+)/lab/tree/tour\.ipynb\?token=(\S+)", line)
+            if match:
+                url = match.groups()
+        assert url, "vinlens demo printed no URL with a token"
+        base, token = url
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(
+                    f"{base}/api/contents/{TOUR_NOTEBOOK}?token={token}", timeout=2
+                ) as r:
+                    assert r.status == 200
+                    break
+            except urllib.error.HTTPError:
+                raise
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("JupyterLab did not come up")
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(f"{base}/api/contents/{TOUR_NOTEBOOK}", timeout=5)
+        assert denied.value.code == 403  # auth stays on: no token, no notebook
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
