@@ -27,8 +27,6 @@ __all__ = [
     "encode_record",
 ]
 
-_NDARRAY_KEYS = frozenset({"dtype", "shape", "data"})
-
 
 class RecordDecodeError(ValueError):
     """The bytes are not one v1 msgpack record; the reader adds file and row to the message."""
@@ -82,9 +80,13 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise RecordDecodeError(f"msgpack extension type {code} is not allowed in v1 records")
 
 
-# name -> (little-endian dtype as stored, native dtype returned)
-_WIRE_DTYPES: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {
-    name: (np.dtype(name).newbyteorder("<"), np.dtype(name)) for name in NUMERIC_DTYPES
+# name -> (little-endian dtype as stored, native dtype to convert to on big-endian hosts)
+_WIRE_DTYPES: dict[str, tuple[np.dtype[Any], np.dtype[Any] | None]] = {
+    name: (
+        np.dtype(name).newbyteorder("<"),
+        None if np.dtype(name).newbyteorder("<") == np.dtype(name) else np.dtype(name),
+    )
+    for name in NUMERIC_DTYPES
 }
 
 
@@ -116,7 +118,7 @@ def decode_ndarray(obj: Mapping[str, Any]) -> np.ndarray:
             f"need {count * wire.itemsize}"
         )
     array = np.frombuffer(data, dtype=wire).reshape(shape)
-    return array if wire == native else array.astype(native)
+    return array if native is None else array.astype(native)
 
 
 _SCALARS = (type(None), bool, int, float, str, bytes)
@@ -125,7 +127,7 @@ _SCALARS = (type(None), bool, int, float, str, bytes)
 def _decode_value(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        if len(value) == 3 and value.keys() == _NDARRAY_KEYS and type(value.get("data")) is bytes:
+        if _is_ndarray_map(value):
             return decode_ndarray(value)
         return {key: _decode_value(item) for key, item in value.items()}
     if kind is list:
@@ -135,21 +137,23 @@ def _decode_value(value: Any) -> Any:
     raise RecordDecodeError(f"msgpack value of type {kind.__name__} is not allowed")
 
 
+def _is_ndarray_map(value: Any) -> bool:
+    return (
+        type(value) is dict
+        and len(value) == 3
+        and type(value.get("data")) is bytes
+        and "dtype" in value
+        and "shape" in value
+    )
+
+
 def _decode_map(obj: Any) -> dict[str, Any]:
     if type(obj) is not dict:
         raise RecordDecodeError(f"record is a msgpack {type(obj).__name__}, expected a map")
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        if (
-            type(value) is dict
-            and len(value) == 3
-            and value.keys() == _NDARRAY_KEYS
-            and type(value.get("data")) is bytes
-        ):
-            out[key] = decode_ndarray(value)
-        else:
-            out[key] = _decode_value(value)
-    return out
+    return {
+        key: decode_ndarray(value) if _is_ndarray_map(value) else _decode_value(value)
+        for key, value in obj.items()
+    }
 
 
 def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any]]:
@@ -180,28 +184,32 @@ def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any
         max_ext_len=0,
     )
     unpacker.feed(data)
-    view = memoryview(data)
+    unpack, tell = unpacker.unpack, unpacker.tell
     for i in range(len(bounds) - 1):
-        start, stop = bounds[i] - base, bounds[i + 1] - base
+        stop = bounds[i + 1] - base
         try:
-            obj = unpacker.unpack()
-            ok = unpacker.tell() == stop
+            obj = unpack()
+            ok = tell() == stop
         except Exception:
             ok = False
         if not ok:
-            try:
-                decode_record(view[start:stop])
-            except RecordDecodeError as exc:
-                exc.index = i
-                raise
-            error = RecordDecodeError("record bytes do not hold exactly one msgpack map")
-            error.index = i
-            raise error
+            _raise_for_record(data, bounds[i] - base, stop, i)
         try:
             yield _decode_map(obj)
         except RecordDecodeError as exc:
             exc.index = i
             raise
+
+
+def _raise_for_record(data: bytes, start: int, stop: int, index: int) -> None:
+    try:
+        decode_record(memoryview(data)[start:stop])
+    except RecordDecodeError as exc:
+        exc.index = index
+        raise
+    error = RecordDecodeError("record bytes do not hold exactly one msgpack map")
+    error.index = index
+    raise error
 
 
 def decode_record(data: bytes | memoryview) -> dict[str, Any]:
