@@ -78,6 +78,7 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         JUPYTER_PLATFORM_DIRS="1",
         TMPDIR=str(w / "tmp"),
         MPLBACKEND="Agg",
+        VINLENS_DEMO_DIR=str(w / "demo"),  # kernels make the tour's demo data here
     )
     log = open(w / "lab.log", "w")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
@@ -98,7 +99,13 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
                 time.sleep(0.1)
         else:
             raise RuntimeError("jupyter lab did not start within 90 s")
-        yield {"url": url, "root": w / "root", "log": w / "lab.log", "pid": proc.pid}
+        yield {
+            "url": url,
+            "root": w / "root",
+            "log": w / "lab.log",
+            "pid": proc.pid,
+            "demo_dir": w / "demo",
+        }
     finally:
         proc.terminate()
         try:
