@@ -117,3 +117,59 @@ def test_access_layer_is_confined_to_its_root(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="only local directories"):
         open_store_access("s3://bucket/store")
     access.close()
+
+
+def _rewrite_array(store: Path, shard: str, name: str, **create_kwargs: object) -> np.ndarray:
+    """Rewrite one zarr block as another writer might (other codecs), same values."""
+    import shutil
+
+    import zarr
+
+    group_path = store / f"shards/{shard}/arrays"
+    values = zarr.open_array(group_path / name, mode="r")[...]
+    shutil.rmtree(group_path / name)
+    group = zarr.open_group(group_path, mode="a", zarr_format=3)
+    array = group.create_array(name, shape=values.shape, dtype=values.dtype, **create_kwargs)
+    array[...] = values
+    return np.asarray(values)
+
+
+def test_blocks_from_other_writers_read_the_same(small_store: SyntheticStoreRecord) -> None:
+    """Big-endian raw chunks, zstd, and the sharding codec: all read back identically."""
+    from zarr.codecs import BytesCodec
+
+    store = small_store.store_dir
+    big_endian = _rewrite_array(
+        store, "00000", "rri", chunks=(3, 16), serializer=BytesCodec(endian="big"), compressors=None
+    )
+    sharded = _rewrite_array(
+        store, "00001", "backbone.global_features", chunks=(2, 32), shards=(4, 32), compressors=None
+    )
+    with VinOfflineStoreReader(store) as reader:
+        reader.validate()
+        got = reader.read_rows("00000", "rri", 0, 8)
+        assert got.dtype == np.float32 and got.dtype.isnative
+        np.testing.assert_array_equal(got, big_endian)
+        np.testing.assert_array_equal(
+            reader.read_rows("00001", "backbone.global_features", 0, 8), sharded
+        )
+        assert reader.chunk_status("00001", "backbone.global_features").expected_chunks == 2
+    # A missing shard file is a missing storage key like any chunk file.
+    (store / "shards/00001/arrays/backbone.global_features/c/1/0").unlink()
+    with VinOfflineStoreReader(store) as reader:
+        (status,) = reader.missing_chunks()
+        assert (status.block, status.missing_examples) == ("backbone.global_features", ("c/1/0",))
+        np.testing.assert_array_equal(
+            reader.read_rows("00001", "backbone.global_features", 0, 4), sharded[:4]
+        )
+
+
+def test_an_empty_store_round_trips(tmp_path: Path) -> None:
+    from vinlens.store.writer import VinOfflineStoreWriter
+
+    with VinOfflineStoreWriter(tmp_path / "empty", num_candidates=4, fsync=False):
+        pass
+    with VinOfflineStoreReader(tmp_path / "empty") as reader:
+        reader.validate()
+        assert reader.num_samples == 0 and reader.manifest.shards == ()
+        assert reader.manifest.materialized_blocks.backbone is False
