@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+import traitlets
 from matplotlib.image import imread
 
 from vinlens.attribution import camera_targets_for_layer, explain_cameras
@@ -150,6 +151,16 @@ def test_score_callable_and_numpy_images(images):
     assert w.images["slam-left"]["$array"]["shape"] == [80, 64, 1]
     reply = w.run_command("explain", {"target_class": 2})
     assert reply["kind"] == "error" and "score callable" in reply["message"]
+
+
+def test_display_state_set_from_python_is_checked(images):
+    w = viewer(images, compute=False)
+    w.colormap, w.scale, w.view, w.opacity = "magma", "raw", "single", 0.25
+    assert (w.colormap, w.scale, w.view, w.opacity) == ("magma", "raw", "single", 0.25)
+    for name, value in [("colormap", "jet"), ("scale", "log"), ("view", "3d"), ("opacity", 1.5)]:
+        with pytest.raises(traitlets.TraitError, match=name):
+            setattr(w, name, value)
+    assert (w.colormap, w.scale, w.view, w.opacity) == ("magma", "raw", "single", 0.25)
 
 
 # -- the explain command -------------------------------------------------------------------------

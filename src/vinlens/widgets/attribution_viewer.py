@@ -204,6 +204,27 @@ class AttributionViewerWidget(VinlensWidget):
             if reply["kind"] == "error":
                 raise RuntimeError(reply["message"])
 
+    # Display state may also be set from Python (w.colormap = "magma"): refuse what the
+    # browser cannot draw rather than letting screen and export_png disagree.
+    @traitlets.validate("colormap")
+    def _valid_colormap(self, proposal: Any) -> str:
+        return _check_trait("colormap", proposal["value"], COLORMAPS)
+
+    @traitlets.validate("scale")
+    def _valid_scale(self, proposal: Any) -> str:
+        return _check_trait("scale", proposal["value"], ("normalized", "raw"))
+
+    @traitlets.validate("view")
+    def _valid_view(self, proposal: Any) -> str:
+        return _check_trait("view", proposal["value"], ("grid", "single"))
+
+    @traitlets.validate("opacity")
+    def _valid_opacity(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not 0.0 <= value <= 1.0:
+            raise traitlets.TraitError(f"opacity must be in [0, 1], got {value!r}.")
+        return value
+
     # -- Python API ------------------------------------------------------------------------
     @property
     def records(self) -> dict[str, CameraAttribution]:
@@ -584,6 +605,12 @@ def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     value = value.value if isinstance(value, VisionCaptureMode) else value
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not one of {list(choices)}.")
+    return str(value)
+
+
+def _check_trait(name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise traitlets.TraitError(f"{name}={value!r} is not one of {list(choices)}.")
     return str(value)
 
 
