@@ -44,7 +44,7 @@ from vinlens.attribution.capture import (
     select_tensor_output,
     should_capture_invocation,
 )
-from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget
+from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget, VisionCaptureMode
 
 __all__ = [
     "ReplicatedScore",
@@ -385,6 +385,17 @@ def ablation_cam_with_scores(
             handle.remove()
         if capture.activation is None:
             raise _missing_activation_error(target, capture.call_index)
+        if (
+            target.capture_mode != VisionCaptureMode.PER_CAMERA_CALL.value
+            and capture.call_index > 1
+        ):
+            # ActivationCapture keeps the last call; ablating "the" camera would be a guess.
+            raise RuntimeError(
+                f"Target layer {target.target.module_path!r} was invoked "
+                f"{capture.call_index} times for camera {target.camera_key!r} in capture mode "
+                f"{target.capture_mode!r}; which call to ablate is ambiguous. Use a "
+                "per-camera capture mode or a more specific target layer."
+            )
         activation = capture.require_activation()
         _require_spatial(activation, target)
         batch, channels = activation.shape[:2]

@@ -84,9 +84,12 @@ class CameraEncoder(nn.Module):
         super().__init__()
         if width < 2:
             raise ValueError(f"width must be >= 2, got {width}.")
-        self.conv1 = nn.Conv2d(in_channels, 8, _DETECTOR_KERNEL, padding=_DETECTOR_KERNEL // 2)
+        # Stride 2 in the first layer keeps the 9x9 detector cheap; conv2/conv3 stay at H/2.
+        self.conv1 = nn.Conv2d(
+            in_channels, 8, _DETECTOR_KERNEL, stride=2, padding=_DETECTOR_KERNEL // 2
+        )
         self.act1 = nn.ReLU()
-        self.conv2 = nn.Conv2d(8, width, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, width, 3, padding=1)
         self.bn2 = nn.BatchNorm2d(width)
         self.act2 = nn.ReLU()
         self.conv3 = nn.Conv2d(width, width, 3, padding=1)
