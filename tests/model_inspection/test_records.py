@@ -7,6 +7,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from vinlens.model_inspection import (
@@ -90,3 +92,29 @@ def test_captured_snapshots_equal_regularly_constructed_records() -> None:
         assert repr(rebuilt) == repr(snapshot)
         with pytest.raises(dataclasses.FrozenInstanceError):
             snapshot.values = ()  # type: ignore[misc]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    field=st.sampled_from(FIELDS),
+    bad=st.one_of(
+        st.integers(max_value=0),
+        st.booleans(),
+        st.floats(allow_nan=True),
+        st.text(max_size=3),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    ),
+)
+def test_any_bad_quota_is_rejected_naming_the_field(field: str, bad: object) -> None:
+    with pytest.raises(
+        (TypeError, ValueError), match=rf"CaptureLimits\.{field} must be a positive int"
+    ):
+        CaptureLimits(**{field: bad})
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.integers(1, 10**9), min_size=5, max_size=5))
+def test_any_positive_quotas_are_accepted(values: list[int]) -> None:
+    limits = CaptureLimits(*values)
+    assert dataclasses.astuple(limits) == tuple(values)
