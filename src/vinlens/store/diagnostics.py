@@ -765,8 +765,11 @@ def _read_window(
 
 def _windows(
     rows: Sequence[int], row_chunk: int, row_bytes: int, max_bytes: int = _BATCH_BYTES
-) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` windows covering sorted ``rows``: whole row chunks, ~``max_bytes`` each."""
+) -> Iterator[tuple[int, int, int, int]]:
+    """``(start, stop, i, j)``: windows of whole row chunks (~``max_bytes``) over sorted ``rows``.
+
+    ``rows[i:j]`` are the rows inside ``start:stop``.
+    """
     per_window = max(1, max_bytes // max(1, row_bytes * row_chunk)) * row_chunk
     i = 0
     while i < len(rows):
@@ -774,7 +777,7 @@ def _windows(
         j = i
         while j < len(rows) and rows[j] // per_window == window:
             j += 1
-        yield rows[i], rows[j - 1] + 1
+        yield rows[i], rows[j - 1] + 1, i, j
         i = j
 
 
@@ -922,8 +925,8 @@ class _StatsScan:
         window_chunk = max(chunks.values())
         row_bytes = sum(_row_bytes(spec) for n in names if (spec := shard.block(n)) is not None)
         rows_array = np.asarray(rows, dtype=np.int64)
-        for start, stop in _windows(rows, window_chunk, row_bytes):
-            sel = rows_array[(rows_array >= start) & (rows_array < stop)]
+        for start, stop, i, j in _windows(rows, window_chunk, row_bytes):
+            sel = rows_array[i:j]
             local = sel - start
             data: dict[str, np.ndarray] = {}
             readable: dict[str, np.ndarray] = {}
@@ -1086,7 +1089,7 @@ class _StatsScan:
             # Raw chunks are consumed one by one as zero-copy views; zarr-decoded ones in
             # ~8 MiB windows to amortise its per-call cost.
             max_bytes = 0 if layout is not None else _BATCH_BYTES
-            for start, stop in _windows(rows, chunk, _row_bytes(spec), max_bytes):
+            for start, stop, i, j in _windows(rows, chunk, _row_bytes(spec), max_bytes):
                 values, readable = _read_window(
                     self.reader,
                     shard_id,
@@ -1099,8 +1102,7 @@ class _StatsScan:
                 )
                 if values is None:
                     continue
-                sel = rows_array[(rows_array >= start) & (rows_array < stop)]
-                local = sel - start
+                local = rows_array[i:j] - start
                 take = local[readable[local]]
                 # Every row of the window selected (full scans): no gather copy.
                 batch = values if take.size == stop - start else values[take]
