@@ -224,20 +224,31 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     const i = view[r];
     switch (key) {
       case "path": {
+        // The cell's two spans are made once and reused: scrolling repaints ~40 rows per
+        // frame, so per-row work stays a few property writes.
+        let twisty = cell.firstElementChild as HTMLElement | null;
+        let name = twisty?.nextElementSibling as HTMLElement | null;
+        if (!twisty || !name) {
+          twisty = h("span", { class: "vl-mt-twisty", "aria-hidden": "true", "data-action": "toggle" });
+          name = h("span", { class: "vl-mt-name" });
+          replaceChildren(cell, twisty, name);
+        }
         const path = rows.path(i);
         cell.title = path;
+        const row = cell.parentElement;
         if (treeMode) {
-          const twisty = h("span", { class: "vl-mt-twisty", "aria-hidden": "true", "data-action": "toggle" },
-            rows.hasChildren(i) ? (collapsed[i] && !filtering ? "▸" : "▾") : "");
+          const open = !(collapsed[i] && !filtering);
+          twisty.hidden = false;
+          twisty.textContent = rows.hasChildren(i) ? (open ? "▾" : "▸") : "";
           cell.style.paddingLeft = `${8 + rows.depth[i] * 14}px`;
-          replaceChildren(cell, twisty, h("span", { class: "vl-mt-name" }, lastSegment(path)));
-          const row = cell.parentElement;
-          if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", collapsed[i] && !filtering ? "false" : "true");
+          name.textContent = lastSegment(path);
+          if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", open ? "true" : "false");
           else row?.removeAttribute("aria-expanded");
         } else {
+          twisty.hidden = true;
           cell.style.paddingLeft = "";
-          cell.parentElement?.removeAttribute("aria-expanded");
-          replaceChildren(cell, h("span", { class: "vl-mt-name" }, path));
+          name.textContent = path;
+          row?.removeAttribute("aria-expanded");
         }
         break;
       }

@@ -1,0 +1,298 @@
+"""Module table in the browser: 50,000 rows against 100, and binary payload against JSON.
+
+Measures, in one run on this machine (ratios, since the machine is shared and noisy):
+
+1. display-to-first-rows-painted of the built module-table widget (``render`` called with
+   the payload already in the page as DataViews, as ipywidgets delivers it, until the
+   frame after the first rows are in the DOM) for a 50,000-row model / a ~100-row model;
+   target <= 3x.
+2. the longest frame (requestAnimationFrame deltas) while scrolling the 50,000-row table
+   to the end, next to the same loop on the 100-row table (what a frame costs here at
+   all); target <= 50 ms.
+3. payload bytes and encode time for 50,000 rows: ``module_table_payload`` (binary
+   columns) vs the per-row JSON a naive widget would send.
+
+Runs Debian's Chromium (``/usr/bin/chromium``) through Playwright; the page is served from
+memory (``page.route``), no Jupyter server. Build the bundle first: ``npm run build``.
+
+    .venv/bin/python benchmarks/bench_module_table_browser.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vinlens.model_inspection import inspect_model
+from vinlens.widgets._payload import payload_nbytes, split_buffers, to_jsonable
+from vinlens.widgets.module_table import module_table_payload
+
+STATIC = Path(__file__).resolve().parents[1] / "src" / "vinlens" / "widgets" / "static"
+CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
+ORIGIN = "http://vinlens.bench"
+
+PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<link rel="stylesheet" href="/module_table.css"></head>
+<body style="margin:0;width:1200px"><div id="host"></div></body></html>"""
+
+# A minimal anywidget model over a plain state object (what the widget reads and writes).
+HARNESS = """
+window.__vl = {
+  b64ToView(b64) {
+    const bin = atob(b64);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    return new DataView(bytes.buffer);
+  },
+  revive(node) {
+    if (Array.isArray(node)) return node.map((n) => window.__vl.revive(n));
+    if (node && typeof node === "object") {
+      if ("$b64" in node) return window.__vl.b64ToView(node.$b64);
+      const out = {};
+      for (const [k, v] of Object.entries(node)) out[k] = window.__vl.revive(v);
+      return out;
+    }
+    return node;
+  },
+  model(state) {
+    const handlers = new Map();
+    return {
+      get: (k) => state[k],
+      set: (k, v) => { state[k] = v; (handlers.get("change:" + k) || []).forEach((f) => f()); },
+      on: (e, f) => { if (!handlers.has(e)) handlers.set(e, []); handlers.get(e).push(f); },
+      off: () => {},
+      save_changes: () => {},
+      send: () => {},
+      widget_manager: {},
+    };
+  },
+};
+"""
+
+MEASURE_FIRST_PAINT = """async (stateJson) => {
+  const mod = await import("/module_table.js");
+  const state = window.__vl.revive(JSON.parse(stateJson));
+  const host = document.getElementById("host");
+  host.replaceChildren();
+  const el = document.createElement("div");
+  host.append(el);
+  const model = window.__vl.model(state);
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));  // settle
+  const t0 = performance.now();
+  window.__cleanup = mod.default.render({ model, el });
+  const rows = el.querySelectorAll(".vl-vt-row:not([hidden])").length;
+  // the frame that shows the rows: rAF runs before paint, the task after it runs after
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const t1 = performance.now();
+  return { ms: t1 - t0, rows };
+}"""
+
+MEASURE_SCROLL = """async (stepRows) => {
+  const vp = document.querySelector(".vl-vt-viewport");
+  const rowHeight = 24;
+  vp.scrollTop = 0;
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const deltas = [];
+  const work = [];
+  let last = performance.now();
+  let frames = 0;
+  await new Promise((resolve) => {
+    function frame(now) {
+      deltas.push(now - last);
+      last = now;
+      frames++;
+      const end = vp.scrollHeight - vp.clientHeight;
+      if (vp.scrollTop >= end - 1) { resolve(); return; }
+      // The widget repaints on the scroll event; dispatching it here times that work
+      // (the browser's own scroll event then finds nothing new to paint).
+      const t = performance.now();
+      vp.scrollTop = Math.min(end, vp.scrollTop + stepRows * rowHeight);
+      vp.dispatchEvent(new Event("scroll"));
+      work.push(performance.now() - t);
+      requestAnimationFrame(frame);
+    }
+    requestAnimationFrame((now) => { last = now; requestAnimationFrame(frame); });
+  });
+  const lastRow = Math.max(...[...vp.querySelectorAll(".vl-vt-row:not([hidden])")].map((r) => Number(r.dataset.row)));
+  const longest = Math.max(...deltas.slice(1));
+  deltas.sort((a, b) => a - b);
+  work.sort((a, b) => a - b);
+  return { longest, median: deltas[deltas.length >> 1], frames, lastRow,
+           workMax: work[work.length - 1], workMedian: work[work.length >> 1] };
+}"""
+
+
+def tree_model(stages: int, blocks: int, leaves: int) -> nn.Module:
+    """A real module tree: stages of blocks of small leaves (Linear and activations)."""
+    root = nn.Module()
+    for s in range(stages):
+        stage = nn.Module()
+        for b in range(blocks):
+            block = nn.Module()
+            for leaf in range(leaves):
+                block.add_module(str(leaf), nn.Linear(2, 2) if leaf % 4 == 0 else nn.GELU())
+            stage.add_module(f"block{b}", block)
+        root.add_module(f"stage{s}", stage)
+    return root
+
+
+def widget_state(model: nn.Module) -> tuple[str, int]:
+    """The traitlet state the widget gets, bytes as base64 for the trip into the page."""
+    table, summary = module_table_payload(inspect_model(model))
+
+    def b64(node: Any) -> Any:
+        if isinstance(node, bytes):
+            return {"$b64": base64.b64encode(node).decode()}
+        if isinstance(node, dict):
+            return {k: b64(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [b64(v) for v in node]
+        return node
+
+    state = {
+        "modules": b64(table),
+        "model_summary": summary,
+        "selected_paths": [],
+        "tree_view": True,
+        "status": "idle",
+        "error": "",
+        "error_traceback": "",
+    }
+    return json.dumps(state), table["$table"]["length"]
+
+
+def payload_figures(model: nn.Module, repeats: int) -> dict[str, float]:
+    meta = inspect_model(model)
+    binary_s, json_s = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        table, _ = module_table_payload(meta)
+        content, buffers = split_buffers(table)
+        binary_msg = json.dumps(content)
+        binary_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        json_msg = json.dumps(to_jsonable(list(meta.modules)))
+        json_s.append(time.perf_counter() - t)
+    return {
+        "binary_bytes": payload_nbytes(table) + len(binary_msg),
+        "json_bytes": len(json_msg),
+        "binary_ms": 1000 * min(binary_s),
+        "json_ms": 1000 * min(json_s),
+        "buffers": len(buffers),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, faster scroll")
+    args = parser.parse_args()
+    if not (STATIC / "module_table.js").exists():
+        print(f"missing {STATIC / 'module_table.js'}: run `npm run build` first", file=sys.stderr)
+        return 2
+    repeats = 3 if args.quick else 7
+    step_rows = 400 if args.quick else 100  # rows scrolled per frame
+
+    t = time.perf_counter()
+    big = tree_model(100, 10, 49)  # 1 + 100 + 1,000 + 49,000 = 50,101 modules
+    small = tree_model(2, 5, 9)  # 1 + 2 + 10 + 90 = 103 modules
+    big_state, big_rows = widget_state(big)
+    small_state, small_rows = widget_state(small)
+    print(f"models built and inspected in {time.perf_counter() - t:.1f} s")
+
+    files = {
+        "/": (PAGE.encode(), "text/html"),
+        "/module_table.js": ((STATIC / "module_table.js").read_bytes(), "text/javascript"),
+        "/module_table.css": ((STATIC / "module_table.css").read_bytes(), "text/css"),
+    }
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                # headless pages count as hidden: without these rAF is throttled
+                "--disable-renderer-backgrounding",
+                "--disable-background-timer-throttling",
+                "--disable-backgrounding-occluded-windows",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+        def serve(route: Any) -> None:
+            path = route.request.url[len(ORIGIN) :].split("?")[0] or "/"
+            body, mime = files.get(path, (b"not found", "text/plain"))
+            route.fulfill(status=200 if path in files else 404, body=body, content_type=mime)
+
+        page.route(f"{ORIGIN}/**", serve)
+        page.goto(f"{ORIGIN}/")
+        page.add_script_tag(content=HARNESS)
+
+        def first_paint(state: str) -> tuple[float, int]:
+            times, rows = [], 0
+            for _ in range(repeats):
+                out = page.evaluate(MEASURE_FIRST_PAINT, state)
+                times.append(out["ms"])
+                rows = out["rows"]
+                page.evaluate("window.__cleanup && window.__cleanup()")
+            return statistics.median(times), rows
+
+        # interleave so both sizes see the same machine load
+        small_ms, small_dom = first_paint(small_state)
+        big_ms, big_dom = first_paint(big_state)
+        small_ms2, _ = first_paint(small_state)
+        small_ms = min(small_ms, small_ms2)
+
+        page.evaluate(MEASURE_FIRST_PAINT, small_state)
+        small_scroll = page.evaluate(MEASURE_SCROLL, 2)
+        page.evaluate(MEASURE_FIRST_PAINT, big_state)
+        big_scroll = page.evaluate(MEASURE_SCROLL, step_rows)
+        browser.close()
+
+    fig = payload_figures(big, repeats)
+    print()
+    print(f"first rows painted, {big_rows:,} rows: {big_ms:7.1f} ms ({big_dom} row elements)")
+    print(
+        f"first rows painted, {small_rows:,} rows:    {small_ms:7.1f} ms ({small_dom} row elements)"
+    )
+    print(f"  ratio 50k / 100: {big_ms / small_ms:.2f}x   (target <= 3x)")
+    print(
+        f"scroll {big_rows:,} rows to the end ({big_scroll['frames']} frames, {step_rows} rows/frame, "
+        f"reached row {big_scroll['lastRow']:,}): longest frame {big_scroll['longest']:.1f} ms, "
+        f"median {big_scroll['median']:.1f} ms   (target <= 50 ms)"
+    )
+    print(
+        f"  widget work per frame (repaint of the rows scrolled into view): median "
+        f"{big_scroll['workMedian']:.2f} ms, max {big_scroll['workMax']:.2f} ms"
+    )
+    print(
+        f"  same loop on {small_rows} rows: longest frame {small_scroll['longest']:.1f} ms; "
+        f"ratio {big_scroll['longest'] / max(small_scroll['longest'], 1e-9):.2f}x"
+    )
+    print(
+        f"payload for {big_rows:,} rows: binary {fig['binary_bytes'] / 1e6:.2f} MB "
+        f"({fig['buffers']} buffers) vs per-row JSON {fig['json_bytes'] / 1e6:.2f} MB: "
+        f"{fig['json_bytes'] / fig['binary_bytes']:.2f}x smaller"
+    )
+    print(
+        f"encode time: binary {fig['binary_ms']:.0f} ms vs JSON {fig['json_ms']:.0f} ms: "
+        f"{fig['json_ms'] / fig['binary_ms']:.2f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
