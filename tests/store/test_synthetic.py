@@ -116,6 +116,24 @@ def test_raw_dataset_plants_the_recorded_gaps_and_long_names(tmp_path: Path) -> 
     assert all(len(n.encode()) <= 100 for n in names if n in _members_of(raw.tar_paths[0]))
 
 
+def test_missing_snippet_spread_varies_coverage_by_scene(tmp_path: Path) -> None:
+    store_spec = SyntheticStoreSpec(num_scenes=8)
+    raw_spec = SyntheticRawSpec(
+        missing_snippets_per_scene=0, missing_snippets_spread=3, raw_only_scenes=0
+    )
+    dataset = write_synthetic_dataset(tmp_path, store_spec, raw_spec)
+    per_scene = {scene: 0 for scene in dataset.store.scene_ids}
+    names = [n for p in dataset.raw.tar_paths for n in _members_of(p)]
+    raw_pairs = {(n.split("/")[-2], n.split("/")[-1].split(".", 1)[0]) for n in names if "/" in n}
+    for scene, _snippet in raw_pairs - dataset.store.store_pairs:
+        per_scene[scene] += 1
+    assert set(raw_pairs - dataset.store.store_pairs) == set(dataset.raw.missing_in_store)
+    assert all(0 <= n <= 3 for n in per_scene.values())
+    assert len(set(per_scene.values())) > 1  # not the same gap in every scene
+    with pytest.raises(ValueError, match="missing_snippets_spread"):
+        SyntheticRawSpec(missing_snippets_spread=-1)
+
+
 def _members_of(path: Path) -> set[str]:
     with tarfile.open(path) as tar:
         return set(tar.getnames())

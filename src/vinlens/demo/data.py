@@ -27,7 +27,9 @@ DEMO_STORE_SPEC = SyntheticStoreSpec(
     rows_per_shard=64,
     seed=7,
 )
-DEMO_RAW_SPEC = SyntheticRawSpec(num_tars=6, raw_only_scenes=2)
+DEMO_RAW_SPEC = SyntheticRawSpec(
+    num_tars=6, raw_only_scenes=2, missing_snippets_per_scene=0, missing_snippets_spread=4
+)
 
 _STAMP = "demo-data.json"
 
