@@ -139,6 +139,12 @@ class CoverageHeatmapWidget(VinlensWidget):
         raw_dataset_dir: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
+        # traitlets only warns about unknown keywords; a typo should fail where it is made.
+        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
+            )
         config = as_store_config(store)
         if raw_dataset_dir is not None:
             config = VinOfflineStoreConfig(

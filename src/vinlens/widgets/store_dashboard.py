@@ -357,6 +357,12 @@ class StoreDashboardWidget(VinlensWidget):
         max_samples: int | None = 512,
         **kwargs: Any,
     ) -> None:
+        # traitlets only warns about unknown keywords; a typo should fail where it is made.
+        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
+            )
         config = as_store_config(store)
         checked = _check_max_samples(max_samples)
         super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
