@@ -67,7 +67,8 @@ def write_tars(raw: Path, tars: int, members: int, seed: int = 0) -> list[Path]:
                 handle.write(info.tobuf(format=fmt))
                 handle.write(payload[: info.size])
                 handle.write(bytes(-info.size % 512))
-            handle.write(bytes(10240 - handle.tell() % 10240 or 10240))
+            handle.write(bytes(1024))  # end-of-archive: two zero blocks
+            handle.write(bytes(-handle.tell() % 10240))  # pad to tar's 10 KiB record
         paths.append(path)
     return paths
 

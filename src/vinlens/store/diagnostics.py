@@ -19,10 +19,13 @@ Sample selection (``max_samples``)
 Streaming, chunk-aware reads
     Per shard, per-candidate blocks are read together in windows aligned to their largest
     row chunk (so each chunk is decoded once and RRI, validity, ids, components and poses
-    of a row are joined in memory), backbone fields in chunk-aligned batches of about
-    8 MiB, and ``vin_points`` records in contiguous byte runs. Accumulators have fixed size
-    (summaries, Chan moments, count tables), and every list of
-    values is a bounded, deterministic subsample, so memory does not grow with the store.
+    of a row are joined in memory), backbone fields chunk by chunk, and ``vin_points``
+    records in contiguous byte runs. Uncompressed chunks (a lone ``bytes`` codec, no
+    sharding) are read whole through the access layer and viewed in place; compressed or
+    sharded arrays are decoded by zarr through the reader, in windows of about 8 MiB.
+    Accumulators have fixed size (summaries, Chan moments, count tables) and every list
+    of values is a bounded, deterministic subsample, so payload memory does not grow with
+    the store (the parsed sample index, held by the reader, does).
 
 Conventions
     * Candidate counts and RRI come from ``candidate_valid``: count = valid candidates of

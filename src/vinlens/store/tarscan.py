@@ -52,6 +52,8 @@ _MAX_SPARSE_EXTENSION_BLOCKS = 4096
 _BIG_READ = 1 << 20
 _SMALL_READ = 16 << 10
 _DENSE_BUFFER_HEADERS = 8
+# Runs of plain headers up to this length are decoded in Python, longer ones with NumPy.
+_SHORT_RUN = 40
 
 # name(100) skip(24) size(12) skip(12) chksum(8) typeflag(1) skip(100) magic+version(8)
 # skip(80) prefix(155)
@@ -201,7 +203,7 @@ def _parse_number(field: bytes) -> int:
     text = field.partition(b"\x00")[0].strip()
     if not text:
         return 0
-    if not all(48 <= c <= 55 for c in text):
+    if text.translate(None, b"01234567"):
         raise ValueError(f"invalid octal field {field!r}")
     return int(text, 8)
 
@@ -451,6 +453,41 @@ class _Scan:
         self._next = (np.arange(1, nblocks + 1) + data_blocks).tolist()
         self._special = special.tolist()
 
+    def _short_run(self, rows: list[int], file_size: int) -> None:
+        """The plain headers of a short run, one by one (cheaper than NumPy's call overhead)."""
+        buf = self._buf
+        buf_start = self._buf_start
+        sizes = self._sizes
+        for r in rows:
+            o = r << 9
+            name_f, _size_f, _chk_f, typ, magic, prefix_f = _HEADER.unpack_from(buf, o)
+            size = int(sizes[r])
+            data_pos = buf_start + o + BLOCK
+            raw = name_f.partition(b"\x00")[0]
+            if magic == _USTAR_MAGIC and prefix_f[0]:
+                raw = prefix_f.partition(b"\x00")[0] + b"/" + raw
+            name = _decode(raw)
+            if typ == b"\x00" and name.endswith("/"):
+                typ = b"5"
+            if typ == b"5":
+                name = name.rstrip("/")
+            if typ not in _NO_DATA_TYPES and data_pos + size > file_size:
+                raise self._error_after_verifying(
+                    TruncatedTarError(
+                        self.path,
+                        data_pos - BLOCK,
+                        f"member declares {size} data bytes but the file ends at byte {file_size}",
+                    )
+                )
+            if self.regular_only and typ not in _REGULAR_TYPES:
+                continue
+            self.names.append(name)
+            if self.detailed:
+                self.types.append("0" if typ == b"\x00" else typ.decode("latin-1"))
+                self.sizes.append(size)
+                self.header_offsets.append(data_pos - BLOCK)
+                self.data_offsets.append(data_pos)
+
     def _fast_run(self, start: int, file_size: int) -> int:
         """Consume consecutive plain headers from block ``start``; return the next block index.
 
@@ -469,6 +506,9 @@ class _Scan:
         if not rows:
             return i
         self._pending_rows.extend(rows)
+        if len(rows) <= _SHORT_RUN:
+            self._short_run(rows, file_size)
+            return i
         r = np.asarray(rows, dtype=np.intp)
         headers = self._blocks[r]
         sizes = self._sizes[r]
