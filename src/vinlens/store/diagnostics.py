@@ -1354,8 +1354,7 @@ class _StatsScan:
             batch_shapes_available=batch_ok,
             batch_shapes=batch_shapes,
             rri_component_pairs={
-                name: [(float(a), float(b)) for a, b in self.component_pairs[name].rows().tolist()]
-                for name in sorted(self.component_pairs)
+                name: _pairs(self.component_pairs[name]) for name in sorted(self.component_pairs)
             },
             rri_pairing_unavailable_sample_keys=list(self.unpaired_keys),
             integrity_problems=problems,
@@ -1363,6 +1362,11 @@ class _StatsScan:
             max_samples=self.max_samples,
             generation=generation.to_json_dict(),
         )
+
+
+def _pairs(reservoir: _Reservoir) -> list[tuple[float, float]]:
+    rows = reservoir.rows()
+    return list(zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True))
 
 
 def _batch_preview(
