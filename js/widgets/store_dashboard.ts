@@ -264,7 +264,7 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
   function histCard(s: Series): HTMLElement {
     const hist = s.unavailable ? null : seriesHistogram(s, ui.bins);
     const chart = hist && hist.total > 0
-      ? histogramSvg(hist, { xLabel: s.title, logY: ui.logY, width: 300, height: 160 })
+      ? histogramSvg(hist, { xLabel: s.title, logY: ui.logY, width: 280, height: 160 })
       : h("div", { class: "vl-muted vl-sd-empty" }, s.unavailable ?? "no finite values sampled");
     return h("figure", { class: "vl-sd-hist", "data-key": s.key, tabindex: 0, "aria-label": `${s.title}: ${summaryText(s.summary)}` },
       h("figcaption", {}, h("strong", {}, s.title), h("div", { class: "vl-muted vl-sd-summary" }, summaryText(s.summary))),
@@ -284,7 +284,7 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
     const splits = Object.entries(p.header.split_counts as Record<string, number>);
     const total = splits.reduce((a, [, v]) => a + v, 0);
     const splitChart = splits.length
-      ? barChartSvg(splits.map(([k, v]) => ({ label: k, value: v, text: `${formatNumber(v)} (${total ? ((100 * v) / total).toFixed(1) : 0}%)` })), { width: 300 })
+      ? barChartSvg(splits.map(([k, v]) => ({ label: k, value: v, text: `${formatNumber(v)} (${total ? ((100 * v) / total).toFixed(1) : 0}%)` })), { width: 280 })
       : h("div", { class: "vl-muted" }, "no splits");
     return h("div", { class: "vl-sd-tab" }, histControls(),
       h("div", { class: "vl-sd-grid" },

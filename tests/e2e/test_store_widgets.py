@@ -65,18 +65,6 @@ cov
 """
 
 
-def _set_theme(lab: Any, dark: bool) -> None:
-    # conftest's Lab.set_theme passes its argument to wait_for_function positionally
-    # (Playwright wants arg=), so it raises; this is the same with the keyword.
-    theme = "JupyterLab Dark" if dark else "JupyterLab Light"
-    lab.page.evaluate(
-        "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
-    )
-    lab.page.wait_for_function(
-        "(d) => document.body.dataset.jpThemeLight === (d ? 'false' : 'true')", arg=dark
-    )
-
-
 def _cell_center(lab: Any, position: int) -> dict[str, float]:
     """Canvas pixel of the heatmap cell at `position` in the current sort order."""
     return lab.page.evaluate(
@@ -108,6 +96,7 @@ def test_store_dashboard_and_coverage_heatmap(lab: Any) -> None:
     dash.locator(".vl-sd-tabbtn[data-tab='components']").click()
     page.wait_for_selector(".vl-sd .vl-scatter canvas")
     assert "pairs" in dash.locator(".vl-sd-card").first.inner_text()
+    lab.screenshot("store_dashboard-components-light", dash)
     dash.locator(".vl-sd-tabbtn[data-tab='overview']").click()
     lab.screenshot("store_dashboard-light", dash)
 
@@ -146,9 +135,9 @@ def test_store_dashboard_and_coverage_heatmap(lab: Any) -> None:
     )
     assert cov.locator(".vl-cov-missing li").all_inner_texts() == ["snippet_000001"]
 
-    _set_theme(lab, True)
+    lab.set_theme(True)
     page.wait_for_timeout(300)
     lab.screenshot("store_dashboard-dark", dash)
     lab.screenshot("coverage_heatmap-dark", cov)
-    _set_theme(lab, False)
+    lab.set_theme(False)
     assert not [e for e in lab.errors if "vinlens" in e or "vl-" in e], lab.errors
