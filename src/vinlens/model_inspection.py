@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import gc
 import itertools
 import threading
 import types
@@ -141,7 +142,7 @@ class ModelStructureSpec:
     fields: tuple[ConfigFieldSpec, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ModuleMetadata:
     """Static metadata for one registered module in a constructed model.
 
@@ -427,6 +428,11 @@ def _initialized_numel(tensor: torch.Tensor | None) -> int:
     return tensor.numel()
 
 
+_MODULE_METADATA_SETTERS: tuple[Callable[[ModuleMetadata, Any], None], ...] = tuple(
+    getattr(ModuleMetadata, field.name).__set__ for field in dataclasses.fields(ModuleMetadata)
+)
+
+
 def _new_module_metadata(
     path: str,
     module_type: str,
@@ -435,23 +441,61 @@ def _new_module_metadata(
     direct_buffers: int,
     training: bool,
 ) -> ModuleMetadata:
-    """Build the same record as ``ModuleMetadata(...)`` at half the cost.
+    """Build the same record as ``ModuleMetadata(...)`` at a fraction of the cost.
 
     A frozen dataclass ``__init__`` pays one ``object.__setattr__`` call per
     field; on a 10,000-module model that alone rivals the rest of
-    :func:`inspect_model`. Filling the instance dict directly yields an equal,
-    equally frozen record (the tests compare both constructions).
+    :func:`inspect_model`. Filling the slots through their descriptors yields an
+    equal, equally frozen record (the tests compare both constructions).
     """
-    record = object.__new__(ModuleMetadata)
-    record.__dict__.update(
-        path=path,
-        module_type=module_type,
-        direct_parameters=direct_parameters,
-        trainable_parameters=trainable_parameters,
-        direct_buffers=direct_buffers,
-        training=training,
+    set_path, set_type, set_direct, set_trainable, set_buffers, set_training = (
+        _MODULE_METADATA_SETTERS
     )
+    record: ModuleMetadata = object.__new__(ModuleMetadata)
+    set_path(record, path)
+    set_type(record, module_type)
+    set_direct(record, direct_parameters)
+    set_trainable(record, trainable_parameters)
+    set_buffers(record, direct_buffers)
+    set_training(record, training)
     return record
+
+
+def _registered_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``, walked without a chain of nested generators.
+
+    Same order and de-duplication as ``named_modules`` (pre-order, first path of
+    a shared instance wins, ``None`` children skipped) at about half the cost on
+    deep models. A module class that overrides ``named_modules`` gets its own
+    implementation, by falling back to it for the whole model.
+    """
+    default_walk = nn.Module.named_modules
+    plain_types: set[type] = set()
+    found: list[tuple[str, nn.Module]] = []
+    visited: set[int] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        name, module = stack.pop()
+        if id(module) in visited:
+            continue
+        visited.add(id(module))
+        cls = type(module)
+        if cls not in plain_types:
+            if getattr(cls, "named_modules", None) is not default_walk:
+                return list(model.named_modules())
+            plain_types.add(cls)
+        found.append((name, module))
+        children: dict[str, nn.Module | None] = module.__dict__["_modules"]
+        if children:
+            prefix = name + "." if name else ""
+            stack.extend(
+                [
+                    (prefix + key, child)
+                    for key, child in reversed(children.items())
+                    if child is not None
+                ]
+            )
+    return found
 
 
 def inspect_model(model: nn.Module) -> ModelMetadata:
@@ -480,6 +524,20 @@ def inspect_model(model: nn.Module) -> ModelMetadata:
         raise TypeError(
             f"inspect_model expects a torch.nn.Module, got {_qualified_type_name(type(model))}"
         )
+    # The walk allocates a few objects per module and creates no reference cycles, yet
+    # on a 10,000-module model those allocations trigger enough cyclic-GC passes over
+    # the model's own objects to nearly double the run time; pause the collector.
+    collect_after = gc.isenabled()
+    gc.disable()
+    try:
+        return _inspect_registered_state(model)
+    finally:
+        if collect_after:
+            gc.enable()
+
+
+def _inspect_registered_state(model: nn.Module) -> ModelMetadata:
+    """The body of :func:`inspect_model`, run with the cyclic collector paused."""
     parameter_type = nn.Parameter
     seen_parameters: set[int] = set()
     remember = seen_parameters.add
@@ -489,7 +547,7 @@ def inspect_model(model: nn.Module) -> ModelMetadata:
     # Hot loop on 10,000-module models. nn.Module defines __getattr__, which makes every
     # attribute read take CPython's slow path, so the state tables are read from the
     # instance dict in one go, and the lazy check runs only for unusual parameter types.
-    for name, module in model.named_modules():
+    for name, module in _registered_modules(model):
         state = module.__dict__
         direct = trainable = 0
         for parameter in state["_parameters"].values():

@@ -103,3 +103,21 @@ def test_no_hooks_run_and_nothing_moves() -> None:
 def test_rejects_non_module() -> None:
     with pytest.raises(TypeError, match=r"torch\.nn\.Module, got builtins\.str"):
         inspect_model("model")  # type: ignore[arg-type]
+
+
+def test_garbage_collector_state_is_restored() -> None:
+    import gc
+
+    model = SmallCNN()
+    assert gc.isenabled()
+    inspect_model(model)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        inspect_model(model)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(TypeError):
+        inspect_model(None)  # type: ignore[arg-type]
+    assert gc.isenabled()
