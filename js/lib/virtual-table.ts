@@ -126,7 +126,7 @@ export class VirtualTable {
 
   private applyHeight(): void {
     // header row + rows + borders; an empty table keeps room for a few rows
-    const fitted = (Math.max(this.rows, 3) + 1) * this.rowHeight + 2;
+    const fitted = (Math.max(this.rows, 3) + 1) * this.rowHeight + 4;
     const px = this.opts.fitRows === false ? this.height : Math.min(this.height, fitted);
     this.viewport.style.height = `${px}px`;
   }

@@ -9,12 +9,14 @@ markup stayed text and ran nothing, and saves light and dark screenshots of each
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import re
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 IMG = "<img src=x onerror=__pwned=1>"
@@ -164,3 +166,35 @@ def test_model_widgets_in_jupyterlab(lab: Any) -> None:
             lab.screenshot(f"{name}-{'dark' if dark else 'light'}", locator)
     lab.set_theme(False)
     assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []
+
+
+def test_module_table_in_notebook_7(lab: Any) -> None:
+    """Nothing lab-only: the same widget renders and syncs in the Notebook 7 interface."""
+    page = lab.page
+    nb = lab.write_notebook(
+        "nb7_module_table.ipynb",
+        [
+            "from torch import nn\nfrom vinlens.widgets import ModuleTableWidget\n"
+            "table = ModuleTableWidget(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))\n"
+            "table",
+            "print('SELECTED', table.selected_paths)",
+        ],
+    )
+    page.goto(f"{lab.server['url']}/notebooks/{nb}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+    # Notebook 7 may ask which kernel to start (Lab remembers it, a fresh Notebook does not)
+    with contextlib.suppress(PlaywrightTimeout):
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=10_000)
+    # Notebook 7 has no window.jupyterapp here: use its menu, as a user would.
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    table = page.locator(".vl-module-table")
+    expect(table.locator(".vl-mt-totals")).to_contain_text("4 modules", timeout=120_000)
+    _name_cell(table, "0").click()
+    _name_cell(table, "2").click(modifiers=["Shift"])
+    expect(table.locator(".vl-vt-row.vl-selected")).to_have_count(3)
+    output = page.locator(".jp-Cell").nth(1)
+    output.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    expect(output.locator(".jp-OutputArea")).to_contain_text("SELECTED ['0', '1', '2']")
+    lab.screenshot("module-table-notebook7-light", table)
