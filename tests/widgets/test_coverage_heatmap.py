@@ -191,7 +191,7 @@ def test_raw_dir_argument_and_its_absence(tmp_path, dataset):
     store_only = dataset.config.model_copy(update={"raw_dataset_dir": None})
     with pytest.raises(ValueError, match="raw dataset directory"):
         CoverageHeatmapWidget(store_only)
-    with pytest.raises(TypeError, match="raw_dir$"):
+    with pytest.raises(TypeError, match=r"raw_dir$"):
         CoverageHeatmapWidget(store_only, raw_dir=dataset.raw.raw_dir)
     w = scan(store_only, raw_dataset_dir=dataset.raw.raw_dir)
     assert w.raw_dataset_dir == str(dataset.raw.raw_dir)
