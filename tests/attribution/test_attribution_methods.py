@@ -363,7 +363,7 @@ def test_a_dedicated_layer_called_twice_is_refused(images: Images) -> None:
     wrong = CameraExplanationTarget("rgb", LayerTarget("encoder.conv3"), "dedicated_layer")
     with pytest.raises(RuntimeError, match="invoked more than once for camera 'rgb'"):
         grad_cam(model, wrong, evidence_score(model, images))
-    with pytest.raises(RuntimeError, match="invoked 3 times for camera 'rgb'.*ambiguous"):
+    with pytest.raises(RuntimeError, match=r"invoked 3 times for camera 'rgb'.*ambiguous"):
         ablation_cam(model, wrong, evidence_score(model, images))
     assert all_hooks_removed(model)
 

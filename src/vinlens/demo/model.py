@@ -53,8 +53,8 @@ EVIDENCE_CLASS = 0
 _DETECTOR_KERNEL = 9
 _DETECTOR_PEAK = 2.0  # conv1 channel-0 response at the centre of a planted blob
 _DETECTOR_THRESHOLD = 0.95  # bias subtracted so ramps and large shapes stay below zero
-_EVIDENCE_HEAD_WEIGHT = 8.0
-_CAM_CHANNEL_FLOOR = 0.02
+_EVIDENCE_HEAD_WEIGHT = 1000.0  # pooled means are small: a blob covers ~1/1000 of the map
+_CAM_CHANNEL_FLOOR = 0.001
 
 
 def _gaussian_kernel(size: int, sigma: float) -> torch.Tensor:
