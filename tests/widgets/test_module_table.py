@@ -171,3 +171,11 @@ def test_shared_modules_and_lazy_layers():
     model(torch.zeros(1, 3))
     widget.refresh()
     assert column(widget.modules, "direct_parameters")[-1] == 16
+
+
+def test_counts_beyond_int32_survive_the_payload():
+    big = nn.Linear(2**16, 2**16, device="meta")  # 4.3e9 parameters, no memory
+    widget = ModuleTableWidget(nn.Sequential(big, nn.Linear(2, 2)))
+    params = column(widget.modules, "direct_parameters")
+    assert params == [0, 2**32 + 2**16, 6]
+    assert widget.model_summary["total_parameters"] == 2**32 + 2**16 + 6

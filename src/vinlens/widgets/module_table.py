@@ -64,11 +64,12 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
         {
             "path": paths,
             "type": np.fromiter((type_code[m.module_type] for m in modules), np.int32, n),
-            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.float64, n),
+            # int64 counts cross as int32 when they fit, else float64 (see _payload)
+            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.int64, n),
             "trainable_parameters": np.fromiter(
-                (m.trainable_parameters for m in modules), np.float64, n
+                (m.trainable_parameters for m in modules), np.int64, n
             ),
-            "direct_buffers": np.fromiter((m.direct_buffers for m in modules), np.float64, n),
+            "direct_buffers": np.fromiter((m.direct_buffers for m in modules), np.int64, n),
             "training": np.fromiter((m.training for m in modules), np.bool_, n),
             "parent": parent,
             "depth": depth,
