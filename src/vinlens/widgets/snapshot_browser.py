@@ -257,7 +257,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         """
         paths = self._checked_paths(self.selected_paths if module_paths is None else module_paths)
         chosen = parse_limits(self.limits if limits is None else limits)
-        return self._capture_with(paths, chosen).snapshots
+        return tuple(self._capture_with(paths, chosen).snapshots)
 
     def _checked_paths(self, module_paths: Any) -> list[str] | None:
         if isinstance(module_paths, str) or not isinstance(module_paths, Sequence):
