@@ -108,4 +108,11 @@ describe("VirtualTable", () => {
     table.setRowCount(0);
     expect(shownRows(table)).toEqual([]);
   });
+
+  it("fits its height to few rows and caps it for many", () => {
+    const { table } = makeTable(2);
+    expect(table.viewport.style.height).toBe(`${(3 + 1) * 20 + 4}px`); // room for 3 rows + header
+    table.setRowCount(10_000);
+    expect(table.viewport.style.height).toBe("200px");
+  });
 });
