@@ -52,7 +52,7 @@ function payload(overrides: Record<string, any> = {}) {
       series("vin_points", "VIN points per snippet", [16, 40, 160]),
     ],
     components: [series("component:novelty", "RRI component: novelty", [0.1, 0.3])],
-    poses: [{ name: "distance_m", summary: { count: 10, minimum: 0.5, mean: 1.7, maximum: 3 } }],
+    poses: [series("pose:distance_m", "distance_m", [0.5, 1.7, 3])],
     pairs: {
       components: [{ name: "novelty", count: 3, pearson: 0.93, rri: f32([0.1, 0.2, 0.3]), value: f32([0.05, 0.1, 0.2]) }],
       unpaired_count: 3, unpaired_examples: ["s/a/0", HOSTILE],
@@ -160,6 +160,10 @@ describe("store dashboard", () => {
     const cells = [...el.querySelectorAll(".vl-sd-table tbody tr")].map((tr) => [...tr.children].map((td) => td.textContent));
     expect(cells[0]).toEqual(["00000", "rri", "zarr_array", "float32", "[256, 64]", "no", "64.0 KiB"]);
     expect(cells[1][6]).toBe("–");
+    (el.querySelector('.vl-sd-tabbtn[data-tab="poses"]') as HTMLElement).click();
+    const poseRow = [...el.querySelectorAll(".vl-sd-table tbody tr")][0];
+    expect([...poseRow.children].map((td) => td.textContent)).toEqual(["distance_m", "3", "0.5", "1", "3"]);
+    expect(el.querySelectorAll('figure[data-key="pose:distance_m"] rect.vl-chart-bar').length).toBe(30);
     (el.querySelector('.vl-sd-tabbtn[data-tab="memory"]') as HTMLElement).click();
     expect(el.textContent).toContain("global");
     expect(el.textContent).toContain("97.0%");

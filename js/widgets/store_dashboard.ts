@@ -326,12 +326,15 @@ export function render({ model, el }: RenderProps<DashboardModel>): () => void {
   }
 
   function posesTab(p: any): HTMLElement {
-    const poses = p.poses as { name: string; summary: Summary }[];
+    const poses = p.poses as Series[];
     if (!poses.length) return h("div", { class: "vl-sd-tab vl-muted" }, "No candidate poses in this store.");
-    return h("div", { class: "vl-sd-tab" }, card("Candidate poses (reference-rig frame)",
-      table(["quantity", "count", "min", "mean", "max"],
-        poses.map((x) => [x.name, num(x.summary?.count), num(x.summary?.minimum), num(x.summary?.mean), num(x.summary?.maximum)]),
-        [false, true, true, true, true])));
+    return h("div", { class: "vl-sd-tab" },
+      card("Candidate poses (reference-rig frame)",
+        table(["quantity", "count", "min", "mean", "max"],
+          poses.map((x) => [x.title, num(x.summary?.count), num(x.summary?.minimum), num(x.summary?.mean), num(x.summary?.maximum)]),
+          [false, true, true, true, true])),
+      histControls(),
+      h("div", { class: "vl-sd-grid" }, ...poses.map(histCard)));
   }
 
   function blocksTab(p: any): HTMLElement {

@@ -109,8 +109,13 @@ def test_block_table_memory_backbone_and_batch_preview(store):
     assert {b["field"] for b in w.payload["backbone"]} == {"voxel_features", "global_features"}
     shapes = {s["name"]: s["shape"] for s in w.payload["batch_shapes"]}
     assert shapes["candidate_poses"].endswith(", 16, 7]")
-    poses = {p["name"] for p in w.payload["poses"]}
-    assert "distance_m" in poses
+    poses = {p["title"]: p for p in w.payload["poses"]}
+    assert set(poses) == set(stats.candidate_pose_summaries) >= {"distance_m"}
+    np.testing.assert_allclose(
+        decode_array(poses["distance_m"]["values"]),
+        stats.candidate_pose_values["distance_m"],
+        rtol=1e-6,
+    )
 
 
 def test_payload_crosses_as_buffers_not_json_lists(store):

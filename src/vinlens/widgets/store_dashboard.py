@@ -241,7 +241,12 @@ def dashboard_payload(
         for name, values in sorted(stats.rri_component_values.items())
     ]
     poses = [
-        {"name": name, "summary": _summary(summary)}
+        _series(
+            f"pose:{name}",
+            name,
+            stats.candidate_pose_values.get(name, ()),
+            summary,
+        )
         for name, summary in stats.candidate_pose_summaries.items()
     ]
     unpaired = list(stats.rri_pairing_unavailable_sample_keys)
