@@ -15,7 +15,6 @@ from vinlens.model_inspection import (
     CaptureLimits,
     ModuleMetadata,
     TensorSnapshot,
-    _new_module_metadata,
     capture_model,
     inspect_model,
 )
@@ -58,16 +57,14 @@ def test_records_are_frozen() -> None:
         metadata.modules[0].training = False  # type: ignore[misc]
 
 
-def test_fast_module_metadata_equals_regular_construction() -> None:
-    args = ("layer", "torch.nn.modules.linear.Linear", 6, 4, 2, True)
-    fast = _new_module_metadata(*args)
-    regular = ModuleMetadata(*args)
-    assert fast == regular
-    assert hash(fast) == hash(regular)
-    assert repr(fast) == repr(regular)
-    assert dataclasses.asdict(fast) == dataclasses.asdict(regular)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.path = "other"  # type: ignore[misc]
+def test_inspected_rows_equal_regularly_constructed_records(small_cnn: nn.Module) -> None:
+    for row in inspect_model(small_cnn).modules:
+        regular = ModuleMetadata(**dataclasses.asdict(row))
+        assert row == regular
+        assert hash(row) == hash(regular)
+        assert repr(row) == repr(regular)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            row.path = "other"  # type: ignore[misc]
 
 
 def test_records_round_trip_through_asdict_and_json(small_cnn: nn.Module) -> None:
