@@ -250,8 +250,14 @@ def format_capture_summary(
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {args.limit}")
+    for option, value, least in (
+        ("--limit", args.limit, 0),
+        ("--snapshots", args.snapshots, 0),
+        ("--batch", args.batch, 1),
+        ("--seq-len", args.seq_len, 1),
+    ):
+        if value < least:
+            raise ValueError(f"{option} must be >= {least}, got {value}")
     torch.manual_seed(args.seed)
     model = build_model(args.target, _constructor_kwargs(args))
     metadata = inspect_model(model)
