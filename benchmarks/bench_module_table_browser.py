@@ -131,6 +131,24 @@ MEASURE_SCROLL = """async (stepRows) => {
 }"""
 
 
+MEASURE_IDLE = """async (frames) => {
+  // The same number of frames with nothing to do: what a frame costs on this machine now.
+  const deltas = [];
+  let last = performance.now();
+  await new Promise((resolve) => {
+    function frame(now) {
+      deltas.push(now - last);
+      last = now;
+      if (deltas.length > frames) resolve(); else requestAnimationFrame(frame);
+    }
+    requestAnimationFrame((now) => { last = now; requestAnimationFrame(frame); });
+  });
+  const longest = Math.max(...deltas.slice(1));
+  deltas.sort((a, b) => a - b);
+  return { longest, median: deltas[deltas.length >> 1] };
+}"""
+
+
 def tree_model(stages: int, blocks: int, leaves: int) -> nn.Module:
     """A real module tree: stages of blocks of small leaves (Linear and activations)."""
     root = nn.Module()
@@ -260,6 +278,7 @@ def main() -> int:
         small_scroll = page.evaluate(MEASURE_SCROLL, 2)
         page.evaluate(MEASURE_FIRST_PAINT, big_state)
         big_scroll = page.evaluate(MEASURE_SCROLL, step_rows)
+        idle = page.evaluate(MEASURE_IDLE, big_scroll["frames"])
         browser.close()
 
     fig = payload_figures(big, repeats)
@@ -277,6 +296,11 @@ def main() -> int:
     print(
         f"  widget work per frame (repaint of the rows scrolled into view): median "
         f"{big_scroll['workMedian']:.2f} ms, max {big_scroll['workMax']:.2f} ms"
+    )
+    print(
+        f"  idle frames of the same page, same count: longest {idle['longest']:.1f} ms, median "
+        f"{idle['median']:.1f} ms; scrolling / idle longest: "
+        f"{big_scroll['longest'] / max(idle['longest'], 1e-9):.2f}x"
     )
     print(
         f"  same loop on {small_rows} rows: longest frame {small_scroll['longest']:.1f} ms; "
