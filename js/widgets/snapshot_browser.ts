@@ -254,13 +254,14 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     const texts = snaps.sampleText(r);
     const reason = snaps.text(r, "sample_omission_reason");
     const numel = snaps.num(r, "numel");
-    const facts = h("dl", { class: "vl-sb-facts" },
+    // divs, not dl/dt/dd: JupyterLab styles those inside outputs and would override ours
+    const facts = h("div", { class: "vl-sb-facts" },
       ...[
         ["Module", snaps.text(r, "module_path")], ["Call", String(snaps.num(r, "call_index"))],
         ["Side", snaps.text(r, "direction")], ["Tensor", snaps.text(r, "tensor_path")],
         ["Shape", snaps.text(r, "shape")], ["Dtype", snaps.text(r, "dtype")], ["Device", snaps.text(r, "device")],
         ["Sampled", `${formatNumber(texts.length)} of ${formatNumber(numel)} values (${formatNumber(snaps.num(r, "sampled_bytes"))} bytes)`],
-      ].flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: "vl-mono" }, v)]));
+      ].flatMap(([k, v]) => [h("span", { class: "vl-sb-fact-key" }, k), h("span", { class: "vl-sb-fact-value vl-mono" }, v)]));
     const shown = texts.slice(0, 512);
     const valuesBox = h("div", { class: "vl-sb-values vl-mono", "aria-label": "Sampled values (row-major prefix)" },
       ...shown.map((t) => h("span", { class: "vl-sb-value" }, t)),
