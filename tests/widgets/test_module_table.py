@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 import traitlets
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from vinlens.model_inspection import inspect_model
@@ -179,3 +181,28 @@ def test_counts_beyond_int32_survive_the_payload():
     params = column(widget.modules, "direct_parameters")
     assert params == [0, 2**32 + 2**16, 6]
     assert widget.model_summary["total_parameters"] == 2**32 + 2**16 + 6
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.recursive(st.just(0), lambda kids: st.lists(kids, max_size=4), max_leaves=30))
+def test_tree_columns_match_the_paths_for_random_trees(shape):
+    def build(node) -> nn.Module:
+        if not isinstance(node, list):
+            return nn.ReLU()
+        module = nn.Module()
+        for index, child in enumerate(node):
+            module.add_module(f"m{index}", build(child))
+        return module
+
+    model = build(shape)
+    table, _ = module_table_payload(inspect_model(model))
+    paths = column(table, "path")
+    parent, depth, end = (column(table, name) for name in ("parent", "depth", "subtree_end"))
+    for i, path in enumerate(paths):
+        below = [p for p in paths if path == "<root>" or p.startswith(path + ".")]
+        assert paths[i : end[i]] == ([path, *below] if path != "<root>" else paths)
+        if path == "<root>":
+            assert parent[i] == -1 and depth[i] == 0
+        else:
+            expected_parent = path.rpartition(".")[0] or "<root>"
+            assert paths[parent[i]] == expected_parent and depth[i] == path.count(".") + 1
