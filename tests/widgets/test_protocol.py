@@ -33,14 +33,20 @@ class Echo(VinlensWidget):
 
 def sent_messages(widget, monkeypatch):
     out = []
-    monkeypatch.setattr(widget, "send", lambda content, buffers=None: out.append((content, buffers)))
+    monkeypatch.setattr(
+        widget, "send", lambda content, buffers=None: out.append((content, buffers))
+    )
     return out
 
 
 def test_result_and_errors_are_replies_not_exceptions(monkeypatch):
     w = Echo()
     sent = sent_messages(w, monkeypatch)
-    assert w.run_command("echo", {"x": 1}) == {"kind": "result", "id": sent[0][0]["id"], "data": {"args": {"x": 1}}}
+    assert w.run_command("echo", {"x": 1}) == {
+        "kind": "result",
+        "id": sent[0][0]["id"],
+        "data": {"args": {"x": 1}},
+    }
     reply = w.run_command("fail")
     assert reply["kind"] == "error" and "path 'x'" in reply["message"]
     assert w.status == "error" and w.error == reply["message"]
@@ -55,11 +61,18 @@ def test_result_and_errors_are_replies_not_exceptions(monkeypatch):
 def test_hostile_messages_never_raise(monkeypatch):
     w = Echo()
     sent = sent_messages(w, monkeypatch)
-    for content in [None, 5, "x", [], {"kind": "command"}, {"kind": "command", "id": 3},
-                    {"kind": "command", "id": "a" * 500, "name": "echo"},
-                    {"kind": "command", "id": "i", "name": "echo", "args": [1]},
-                    {"kind": "command", "id": "j", "name": {"__class__": 1}},
-                    {"kind": "weird", "id": "k"}]:
+    for content in [
+        None,
+        5,
+        "x",
+        [],
+        {"kind": "command"},
+        {"kind": "command", "id": 3},
+        {"kind": "command", "id": "a" * 500, "name": "echo"},
+        {"kind": "command", "id": "i", "name": "echo", "args": [1]},
+        {"kind": "command", "id": "j", "name": {"__class__": 1}},
+        {"kind": "weird", "id": "k"},
+    ]:
         w._on_custom_msg(w, content, [])
     errors = [c for c, _ in sent if c.get("kind") == "error"]
     assert {e["id"] for e in errors} == {"i", "j", "k"}

@@ -80,7 +80,7 @@ def check_notebook(path: Path, *, timeout: int = 600) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    nb = nbformat.read(path, as_version=4)
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     with tempfile.TemporaryDirectory(prefix="vinlens-check-") as tmp:
         shutil.copy(path, Path(tmp) / path.name)
         client = NotebookClient(

@@ -200,18 +200,19 @@ NOTEBOOKS: dict[str, list[_Cell]] = {
 
 
 def build_notebook(cells: list[_Cell]) -> nbformat.NotebookNode:
-    nb = new_notebook(
+    nb = new_notebook(  # type: ignore[no-untyped-call]
         metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
             "language_info": {"name": "python"},
         }
     )
     nb.cells = [
-        new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells
+        new_markdown_cell(src) if kind == "md" else new_code_cell(src)  # type: ignore[no-untyped-call]
+        for kind, src in cells
     ]
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i:02d}"  # stable ids so regenerated files do not churn
-    return nb
+    return nb  # type: ignore[no-any-return]
 
 
 def write_notebooks(directory: str | Path, *, overwrite: bool = True) -> list[Path]:
@@ -223,7 +224,7 @@ def write_notebooks(directory: str | Path, *, overwrite: bool = True) -> list[Pa
         path = out / name
         if path.exists() and not overwrite:
             continue
-        nbformat.write(build_notebook(cells), str(path))
+        nbformat.write(build_notebook(cells), str(path))  # type: ignore[no-untyped-call]
         written.append(path)
     return written
 

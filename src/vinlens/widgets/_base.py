@@ -59,7 +59,9 @@ class CommandContext:
     cancel_event: threading.Event = field(default_factory=threading.Event)
 
     def progress(self, done: int, total: int) -> None:
-        self.widget._send_message({"kind": "progress", "id": self.request_id, "done": done, "total": total})
+        self.widget._send_message(
+            {"kind": "progress", "id": self.request_id, "done": done, "total": total}
+        )
         self.check_cancelled()
 
     @property
