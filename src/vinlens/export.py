@@ -122,6 +122,21 @@ def _csv_cell(value: Any) -> str:
     return str(value)
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_safe_cell(value: Any) -> str:
+    """A CSV cell that a spreadsheet will not run as a formula (OWASP CSV injection).
+
+    Text starting with ``= + - @`` or a tab/CR gets a leading ``'``; numbers keep their
+    sign. The browser's Download CSV does the same (``js/lib/dom.ts:csvField``).
+    """
+    text = _csv_cell(value)
+    if text.startswith(_FORMULA_START) and not isinstance(_plain(value), int | float):
+        return "'" + text
+    return text
+
+
 def _require(module: str, purpose: str) -> Any:
     import importlib
 
@@ -192,7 +207,7 @@ def export(records: Any, path: str | PathLike[str]) -> Path:
             writer = csv.writer(handle)
             writer.writerow(columns)
             for row in rows:
-                writer.writerow([_csv_cell(row.get(name)) for name in columns])
+                writer.writerow([_csv_safe_cell(row.get(name)) for name in columns])
     elif suffix == ".json":
         text = json.dumps([_plain(row) for row in rows], indent=1, allow_nan=False)
         target.write_text(text + "\n", encoding="utf-8")

@@ -138,3 +138,13 @@ def test_optional_dependencies_name_the_extra(monkeypatch, tmp_path):
     with pytest.raises(ImportError, match=r"Parquet export needs pyarrow.*vinlens\[export\]"):
         export(ROWS, tmp_path / "x.parquet")
     assert export(ROWS, tmp_path / "x.csv").exists()  # CSV needs neither
+
+
+def test_csv_cells_cannot_run_as_spreadsheet_formulas(tmp_path):
+    rows = [{"scene": '=HYPERLINK("http://x")', "note": "@SUM(A1)", "delta": -1.5, "n": -3}]
+    path = export(rows, tmp_path / "hostile.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        (read,) = list(csv.DictReader(handle))
+    assert read["scene"] == '\'=HYPERLINK("http://x")'
+    assert read["note"] == "'@SUM(A1)"
+    assert (read["delta"], read["n"]) == ("-1.5", "-3")  # numbers keep their sign
