@@ -548,16 +548,26 @@ def _torch_float16_view(values: np.ndarray) -> Any:
         return torch.from_numpy(source).view(torch.float16)
 
 
+# A block's one-pass ``M2 = S2 - S1^2 / n`` is kept when it is at least this share of
+# ``S2``: float64 rounding then costs at most ~1e-9 relative; else the block is centred.
+_ONE_PASS_MIN_SHARE = 2.0**-20
+
+
 class _Moments:
     """float64 moments of one backbone field, merged block by block (Chan et al.).
 
     Values are widened to float64 in cache-sized blocks (exact for float16 and float32);
-    each block gets a two-pass mean and ``M2`` (sum of squares of the centred block), and
-    blocks merge with Chan et al.'s parallel update ``M2 = M2a + M2b + d^2 na nb / n``, so
-    neither a large mean nor a long stream costs precision. ``|x| > 1e-6`` is counted in
-    float64. float16 is widened through torch's vectorised (F16C) conversion, which is
-    tens of times faster than NumPy's scalar float16 loop; only BLAS-free NumPy reductions
-    follow (a threaded BLAS ``dot`` on small blocks stalls on a busy machine).
+    float16 through torch's vectorised (F16C) cast, tens of times faster than NumPy's
+    scalar float16 loop. Per block, single-threaded NumPy passes (no threaded BLAS):
+    ``S1 = sum x``; when ``S1`` is not finite the block holds NaN or infinity (float64
+    cannot overflow on float16/float32 values, and ``inf - inf`` is NaN), which are
+    counted and dropped; then ``|x|`` gives ``sum |x|`` and the count of ``|x| > 1e-6``,
+    and ``S2 = sum x^2`` (squares exact in float64). The block's ``M2 = S2 - S1^2 / n`` is
+    kept when cancellation leaves it at least ``2^-20`` of ``S2`` (rounding then ~1e-9
+    relative); otherwise (mean far above spread) the block is centred on its mean for an
+    exact two-pass ``M2``. Blocks merge with Chan et al.'s parallel update
+    ``M2 = M2a + M2b + d^2 na nb / n``, so neither a large mean nor a long stream costs
+    precision.
     """
 
     def __init__(self) -> None:
@@ -569,31 +579,31 @@ class _Moments:
         self.nonfinite = 0
         self._wide = np.empty(_MOMENT_BLOCK, dtype=np.float64)
         self._scratch = np.empty(_MOMENT_BLOCK, dtype=np.float64)
-        self._single: Any = None  # torch float32 buffer for float16 input, made on first use
+        self._torch_wide: Any = None  # torch view of ``_wide`` for float16 input
 
     def add(self, batch: np.ndarray) -> None:
         flat = batch.reshape(-1)
         if flat.dtype != np.float16:
             for start in range(0, flat.size, _MOMENT_BLOCK):
-                self._add_block(flat[start : start + _MOMENT_BLOCK])
+                block = flat[start : start + _MOMENT_BLOCK]
+                wide = self._wide[: block.size]
+                np.copyto(wide, block, casting="unsafe")
+                self._add_wide(wide)
             return
-        # float16: NumPy's scalar cast loop is ~50x slower than torch's F16C one. Blocks are
-        # cast one at a time into a reused buffer: small enough for torch to stay on one
-        # thread (its thread pool stalls on a busy machine), large enough to amortise calls.
+        # float16: blocks are cast one at a time into the reused float64 buffer: small
+        # enough for torch to stay on one thread (its pool stalls on a busy machine).
         half = _torch_float16_view(flat)
-        if self._single is None:
+        if self._torch_wide is None:
             import torch
 
-            self._single = torch.empty(_MOMENT_BLOCK, dtype=torch.float32)
+            self._torch_wide = torch.from_numpy(self._wide)
         for start in range(0, flat.size, _MOMENT_BLOCK):
             part = half[start : start + _MOMENT_BLOCK]
-            single = self._single[: part.numel()]
-            single.copy_(part)
-            self._add_block(single.numpy())
+            n = part.numel()
+            self._torch_wide[:n].copy_(part)
+            self._add_wide(self._wide[:n])
 
-    def _add_block(self, block: np.ndarray) -> None:
-        wide = self._wide[: block.size]
-        np.copyto(wide, block, casting="unsafe")
+    def _add_wide(self, wide: np.ndarray) -> None:
         total = float(np.add.reduce(wide))
         if not math.isfinite(total):
             finite = np.isfinite(wide)
@@ -608,9 +618,13 @@ class _Moments:
         self.abs_total += float(np.add.reduce(scratch))
         self.nonzero += int(np.count_nonzero(scratch > 1e-6))
         mean_b = total / n_b
-        np.subtract(wide, mean_b, out=wide)
-        np.square(wide, out=scratch)
-        m2_b = float(np.add.reduce(scratch))
+        np.multiply(wide, wide, out=scratch)
+        s2 = float(np.add.reduce(scratch))
+        m2_b = s2 - total * mean_b
+        if not m2_b >= s2 * _ONE_PASS_MIN_SHARE:
+            np.subtract(wide, mean_b, out=wide)
+            np.square(wide, out=scratch)
+            m2_b = float(np.add.reduce(scratch))
         n_a = self.count
         n = n_a + n_b
         delta = mean_b - self.mean
@@ -637,16 +651,18 @@ class _Moments:
 
 
 def _row_chunk(reader: VinOfflineStoreReader, shard_id: str, name: str) -> int:
-    array = reader.zarr_array(shard_id, name)
-    grid = array.shards or array.chunks
-    return max(1, int(grid[0])) if grid else 1
+    # The reader's checked block layout (zarr.json parsed through the access layer): the
+    # row extent of one storage key, the shard shape under sharding. No zarr.Array opened.
+    return max(1, reader._open_zarr(shard_id, name).row_chunk)
 
 
 @dataclass(frozen=True)
 class _PlainLayout:
     """A zarr array whose chunks are raw bytes (one ``bytes`` codec, no sharding)."""
 
-    array: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    encode_key: Callable[[tuple[int, ...]], str]
     rel: str
     chunk_shape: tuple[int, ...]
     stored: np.dtype[Any]
@@ -658,23 +674,22 @@ def _plain_layout(reader: VinOfflineStoreReader, shard_id: str, name: str) -> _P
 
     Uncompressed chunks are read whole through the access layer and viewed with
     ``numpy.frombuffer``: no per-call event-loop round trip and no copy, which is most of
-    zarr's cost on a full scan. Anything else goes through the reader.
+    zarr's cost on a full scan. Anything else goes through the reader. The layout comes
+    from the reader's own parse of ``zarr.json`` (its plain-layout rules: regular grid,
+    default ``/`` keys, one ``bytes`` codec), so no ``zarr.Array`` is opened.
     """
-    from zarr.codecs import BytesCodec
-
-    array = reader.zarr_array(shard_id, name)
-    codecs = tuple(getattr(array.metadata, "codecs", ()))
-    if array.shards is not None or len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
+    meta = reader._open_zarr(shard_id, name).meta
+    if meta.metadata is not None or meta.stored_dtype is None:
         return None
-    endian = getattr(codecs[0].endian, "value", None)
-    stored = np.dtype(array.dtype).newbyteorder(">" if endian == "big" else "<")
-    chunk_shape = tuple(int(n) for n in array.chunks)
+    chunk_shape = tuple(int(n) for n in meta.chunk_shape)
     return _PlainLayout(
-        array=array,
+        shape=tuple(int(n) for n in meta.shape),
+        dtype=meta.dtype,
+        encode_key=meta.encode_key,
         rel=f"{arrays_dir(shard_id)}/{name}",
         chunk_shape=chunk_shape,
-        stored=stored,
-        chunk_bytes=math.prod(chunk_shape) * stored.itemsize,
+        stored=meta.stored_dtype,
+        chunk_bytes=math.prod(chunk_shape) * meta.stored_dtype.itemsize,
     )
 
 
@@ -687,8 +702,7 @@ def _read_plain(
     stop: int,
     corrupt: dict[tuple[str, str], VinOfflineStoreError],
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    array = layout.array
-    shape = tuple(int(n) for n in array.shape)
+    shape = layout.shape
     rc = layout.chunk_shape[0]
     inner_counts = [
         math.ceil(n / c) if c else 0 for n, c in zip(shape[1:], layout.chunk_shape[1:], strict=True)
@@ -700,7 +714,7 @@ def _read_plain(
         r0 = r * rc
         a, b = max(start, r0), min(stop, r0 + rc)
         for inner in itertools.product(*(range(n) for n in inner_counts)):
-            key = array.metadata.encode_chunk_key((r, *inner))
+            key = layout.encode_key((r, *inner))
             try:
                 data = reader.access.read_range(f"{layout.rel}/{key}", 0, layout.chunk_bytes)
             except FileNotFoundError:
@@ -721,7 +735,7 @@ def _read_plain(
             if single:
                 return chunk[a - r0 : b - r0], readable
             if out is None:
-                out = np.zeros((stop - start, *shape[1:]), dtype=np.dtype(array.dtype))
+                out = np.zeros((stop - start, *shape[1:]), dtype=layout.dtype)
             spans = [
                 (i * c, min((i + 1) * c, n))
                 for i, c, n in zip(inner, layout.chunk_shape[1:], shape[1:], strict=True)

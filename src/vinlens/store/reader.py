@@ -980,6 +980,7 @@ class _ArrayLayout:
     dtype: np.dtype[Any]  # native byte order
     raw_dtype: np.dtype[Any] | None  # on-disk dtype when chunks are raw bytes of whole rows
     metadata: Any  # zarr ArrayV3Metadata when zarr had to parse it, else None
+    stored_dtype: np.dtype[Any] | None = None  # on-disk dtype of a plain layout's chunks
 
     def encode_key(self, coords: tuple[int, ...]) -> str:
         if self.metadata is not None:
@@ -1036,7 +1037,9 @@ def _parse_array_layout(data: bytes) -> _ArrayLayout:
             dtype.newbyteorder(">" if endian == "big" else "<") if dtype.itemsize > 1 else dtype
         )
         whole_rows = bool(shape) and chunk_shape[1:] == tuple(shape[1:])
-        return _ArrayLayout(tuple(shape), chunk_shape, dtype, on_disk if whole_rows else None, None)
+        return _ArrayLayout(
+            tuple(shape), chunk_shape, dtype, on_disk if whole_rows else None, None, on_disk
+        )
 
     from zarr.core.metadata import ArrayV3Metadata
 
