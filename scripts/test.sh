@@ -8,7 +8,7 @@ bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== ruff"
-ruff check src tests benchmarks
+ruff check src tests benchmarks scripts
 echo "== mypy"
 mypy src/vinlens
 echo "== typescript"

@@ -1,0 +1,57 @@
+"""The documentation that is generated or copied stays in step with the code and the spec."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location(
+        "gen_api_docs", REPO / "scripts" / "gen_api_docs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_api_reference_is_current():
+    generated = _load_generator().render()
+    committed = (REPO / "docs" / "api.md").read_text()
+    assert committed == generated, (
+        "docs/api.md is stale: run `.venv/bin/python scripts/gen_api_docs.py`"
+    )
+
+
+def test_api_reference_names_every_seed_name():
+    text = (REPO / "docs" / "api.md").read_text()
+    for name in [
+        "CaptureLimits", "ConfigFieldSpec", "ModelCapture", "ModelMetadata", "ModelStructureSpec",
+        "ModuleMetadata", "TensorSnapshot", "capture_model", "inspect_config", "inspect_model",
+        "NumericSummary", "VinOfflineBackboneDiagnostic", "VinOfflineBlockDiagnostic",
+        "VinOfflineCoverageSceneDiagnostic", "VinOfflineCoverageStats", "VinOfflineDatasetStats",
+        "VinOfflineDatasetStatsRequest", "VinOfflineMemoryDiagnostic", "VinOfflineSampleDiagnostic",
+        "capture_vin_offline_dataset_stats_request", "collect_vin_offline_dataset_coverage",
+        "collect_vin_offline_dataset_stats", "inspect_vin_offline_dataset_stats",
+        "GradientCapture", "ActivationCapture", "select_tensor_output", "select_camera_tensor",
+        "replace_camera_tensor", "should_capture_invocation",
+    ]:  # fmt: skip
+        assert re.search(rf"### `{name}\b", text), f"{name} missing from docs/api.md"
+
+
+def test_store_format_doc_keeps_the_normative_spec():
+    """docs/store-format.md is the spec plus implementation notes: every spec heading survives."""
+    doc = (REPO / "docs" / "store-format.md").read_text()
+    for heading in [
+        "## Layout",
+        "## manifest.json",
+        "## sample_index.jsonl",
+        "## Blocks",
+        "## Raw dataset tar shards (coverage)",
+        "## Generation and request digest",
+    ]:
+        assert heading in doc
