@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -156,6 +156,151 @@ def _decode_map(obj: Any) -> dict[str, Any]:
     }
 
 
+# ---- fast path for the common record shape --------------------------------------------
+# A map of ndarray maps exactly as :func:`encode_record` writes them (fixstr keys; each
+# value ``{"dtype", "shape", "data"}`` in that order, shape of non-negative ints, bin data)
+# is decoded by walking its headers, with every array a zero-copy view into the batch's
+# buffer. Anything else (other layouts, other values, any doubt) returns ``None`` and is
+# decoded by msgpack as before, so both paths give the same records and the same errors.
+
+_NDARRAY_DTYPE_KEY = b"\x83\xa5dtype"
+_NDARRAY_SHAPE_KEY = b"\xa5shape"
+_NDARRAY_DATA_KEY = b"\xa4data"
+_UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+_DTYPE_BY_NAME_BYTES = {name.encode("ascii"): name for name in _WIRE_DTYPES}
+
+
+class _Template(NamedTuple):
+    """Header bytes shared by consecutive one-array records (map head through shape head)."""
+
+    head: bytes
+    key: str
+    wire: np.dtype[Any]
+    native: np.dtype[Any] | None
+    dims: int
+
+
+def _fixstr_end(data: bytes, pos: int, stop: int) -> int:
+    """End of the fixstr at ``pos`` (-1 when there is none inside ``stop``)."""
+    if pos >= stop or not 0xA0 <= data[pos] <= 0xBF:
+        return -1
+    end = pos + 1 + (data[pos] - 0xA0)
+    return end if end <= stop else -1
+
+
+def _array_tail(
+    data: bytes,
+    pos: int,
+    stop: int,
+    dims: int,
+    wire: np.dtype[Any],
+    native: np.dtype[Any] | None,
+) -> tuple[np.ndarray, int] | None:
+    """The shape's ``dims`` ints, then ``"data"`` and its bin; the array and the end position."""
+    shape: list[int] = []
+    count = 1
+    for _ in range(dims):
+        if pos >= stop:
+            return None
+        code = data[pos]
+        if code <= 0x7F:
+            value = code
+            pos += 1
+        else:
+            size = _UINT_SIZES.get(code)
+            if size is None or pos + 1 + size > stop:
+                return None
+            value = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
+            pos += 1 + size
+        shape.append(value)
+        count *= value
+    if not data.startswith(_NDARRAY_DATA_KEY, pos):
+        return None
+    pos += len(_NDARRAY_DATA_KEY)
+    if pos >= stop:
+        return None
+    size = _BIN_SIZES.get(data[pos])
+    if size is None or pos + 1 + size > stop:
+        return None
+    length = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
+    pos += 1 + size
+    if pos + length > stop or count * wire.itemsize != length:
+        return None
+    # A read-only view of the batch's bytes (one constructor call; cheaper than frombuffer).
+    array = np.ndarray(tuple(shape), wire, data, pos)
+    return (array if native is None else array.astype(native)), pos + length
+
+
+def _fast_with_template(
+    data: bytes, pos: int, stop: int, template: _Template
+) -> dict[str, Any] | None:
+    """A one-array record whose header bytes equal the previous record's, or ``None``."""
+    if not data.startswith(template.head, pos):
+        return None
+    tail = _array_tail(
+        data, pos + len(template.head), stop, template.dims, template.wire, template.native
+    )
+    if tail is None or tail[1] != stop:
+        return None
+    return {template.key: tail[0]}
+
+
+def _fast_ndarray_record(
+    data: bytes, pos: int, stop: int
+) -> tuple[dict[str, Any], _Template | None] | None:
+    """``data[pos:stop]`` as a map of ndarray maps, or ``None`` if it is not exactly that.
+
+    Also returns the header template of a one-array record, for its successors.
+    """
+    if stop > len(data) or pos >= stop:
+        return None
+    head = data[pos]
+    if not 0x81 <= head <= 0x8F:
+        return None
+    entries = head - 0x80
+    begin = pos
+    pos += 1
+    out: dict[str, Any] = {}
+    template: _Template | None = None
+    for _ in range(entries):
+        key_end = _fixstr_end(data, pos, stop)
+        if key_end < 0:
+            return None
+        try:
+            key = data[pos + 1 : key_end].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if key in out:
+            return None
+        pos = key_end
+        if not data.startswith(_NDARRAY_DTYPE_KEY, pos):
+            return None
+        pos += len(_NDARRAY_DTYPE_KEY)
+        name_end = _fixstr_end(data, pos, stop)
+        if name_end < 0:
+            return None
+        dtype_name = _DTYPE_BY_NAME_BYTES.get(data[pos + 1 : name_end])
+        if dtype_name is None:
+            return None
+        pos = name_end
+        if not data.startswith(_NDARRAY_SHAPE_KEY, pos):
+            return None
+        pos += len(_NDARRAY_SHAPE_KEY)
+        if pos >= stop or not 0x90 <= data[pos] <= 0x9F:
+            return None
+        dims = data[pos] - 0x90
+        pos += 1
+        wire, native = _WIRE_DTYPES[dtype_name]
+        if entries == 1:
+            template = _Template(data[begin:pos], key, wire, native, dims)
+        tail = _array_tail(data, pos, stop, dims, wire, native)
+        if tail is None:
+            return None
+        out[key], pos = tail
+    return (out, template) if pos == stop else None
+
+
 def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any]]:
     """Decode consecutive records; record ``i`` must be exactly ``data[bounds[i]:bounds[i + 1]]``.
 
@@ -169,6 +314,32 @@ def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any
     if len(bounds) < 2:
         return
     base = bounds[0]
+    # Records of the common shape are decoded straight from the buffer; the first one
+    # that is not goes, with all after it, through the bounded msgpack Unpacker below.
+    if isinstance(data, bytes):
+        first = 0
+        template: _Template | None = None
+        while first < len(bounds) - 1:
+            pos, stop = bounds[first] - base, bounds[first + 1] - base
+            record = (
+                _fast_with_template(data, pos, stop, template) if template is not None else None
+            )
+            if record is None:
+                found = _fast_ndarray_record(data, pos, stop)
+                if found is None:
+                    break
+                record, template = found
+            yield record
+            first += 1
+        if first == len(bounds) - 1:
+            return
+        if first:
+            try:
+                yield from decode_records(data[bounds[first] - base :], bounds[first:])
+            except RecordDecodeError as exc:
+                exc.index = first + (exc.index or 0)
+                raise
+            return
     largest = max(b - a for a, b in itertools.pairwise(bounds))
     unpacker = msgpack.Unpacker(
         None,
