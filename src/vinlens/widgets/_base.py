@@ -197,8 +197,8 @@ class VinlensWidget(anywidget.AnyWidget):
         try:
             data = getattr(self, spec.method)(args, ctx)
         except CommandCancelled as exc:
-            self._reply_error(ctx.request_id, f"{spec.name}: {exc}", cancelled=True)
             self.status = "idle"
+            self._reply_error(ctx.request_id, f"{spec.name}: {exc}", cancelled=True)
         except CommandError as exc:
             self._reply_error(ctx.request_id, str(exc))
         except BaseException as exc:  # KeyboardInterrupt in user code too: report, keep kernel
@@ -206,10 +206,11 @@ class VinlensWidget(anywidget.AnyWidget):
                 ctx.request_id, f"{spec.name} failed: {type(exc).__name__}: {exc}", exc
             )
         else:
+            # State first, reply last: whoever waits for the reply sees the final status.
+            self.status = "idle"
             self._send_message(
                 {"kind": "result", "id": ctx.request_id, "data": data if data is not None else {}}
             )
-            self.status = "idle"
         finally:
             self._running.pop(ctx.request_id, None)
 
@@ -221,6 +222,8 @@ class VinlensWidget(anywidget.AnyWidget):
         *,
         cancelled: bool = False,
     ) -> None:
+        if not cancelled:
+            self._report_error(request_id, message, exc)
         tb = "".join(traceback.format_exception(exc)) if exc is not None else ""
         self._send_message(
             {
@@ -231,8 +234,6 @@ class VinlensWidget(anywidget.AnyWidget):
                 "cancelled": cancelled,
             }
         )
-        if not cancelled:
-            self._report_error(request_id, message, exc)
 
     def _report_error(
         self, _request_id: str, message: str, exc: BaseException | None = None
