@@ -453,16 +453,25 @@ class _Summary:
 def _priorities(positions: np.ndarray, salt: int) -> np.ndarray:
     """splitmix64 of positions: a fixed pseudo-random priority per observed value."""
     z = positions.astype(np.uint64) + np.uint64((salt * 0x9E3779B97F4A7C15) & (2**64 - 1))
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    # In place, one scratch array: this runs for every value of every histogram series.
+    shifted = np.right_shift(z, np.uint64(30))
+    np.bitwise_xor(z, shifted, out=z)
+    np.multiply(z, np.uint64(0xBF58476D1CE4E5B9), out=z)
+    np.right_shift(z, np.uint64(27), out=shifted)
+    np.bitwise_xor(z, shifted, out=z)
+    np.multiply(z, np.uint64(0x94D049BB133111EB), out=z)
+    np.right_shift(z, np.uint64(31), out=shifted)
+    np.bitwise_xor(z, shifted, out=z)
+    return z
 
 
 class _Reservoir:
     """At most ``limit`` rows of values: the ones whose position hashes lowest.
 
     A uniform sample without replacement that depends only on which positions were seen,
-    not on reading order; kept rows are returned in position order.
+    not on reading order; kept rows are returned in position order. Priorities are
+    distinct (splitmix64 is a bijection), so once ``limit`` rows are kept, a new row whose
+    priority is not below the largest kept one can never be kept and is dropped at once.
     """
 
     def __init__(self, columns: int, salt: int, limit: int = MAX_HISTOGRAM_VALUES) -> None:
@@ -472,35 +481,48 @@ class _Reservoir:
         self.priority = np.zeros(0, dtype=np.uint64)
         self.position = np.zeros(0, dtype=np.int64)
         self.values = np.zeros((0, columns), dtype=np.float64)
-        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._threshold: np.uint64 | None = None  # largest kept priority once full
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_rows = 0
 
     def add(self, positions: np.ndarray, values: np.ndarray) -> None:
         if positions.size == 0:
             return
-        self._pending.append((positions.astype(np.int64), values.reshape(positions.size, -1)))
+        positions = positions.astype(np.int64, copy=False)
+        values = values.reshape(positions.size, -1)
+        priority = _priorities(positions, self.salt)
+        if self._threshold is not None:
+            keep = priority < self._threshold
+            if not keep.any():
+                return
+            if not keep.all():
+                positions, values, priority = positions[keep], values[keep], priority[keep]
+        self._pending.append((positions, values, priority))
         self._pending_rows += positions.size
-        if self._pending_rows >= 2 * self.limit:
+        if self._pending_rows >= self.limit:
             self._compact()
 
     def _compact(self) -> None:
         if not self._pending:
             return
-        positions = np.concatenate([self.position, *(p for p, _ in self._pending)])
-        values = np.concatenate([self.values, *(v.astype(np.float64) for _, v in self._pending)])
-        priority = np.concatenate(
-            [self.priority, *(_priorities(p, self.salt) for p, _ in self._pending)]
+        positions = np.concatenate([self.position, *(p for p, _, _ in self._pending)])
+        values = np.concatenate(
+            [self.values, *(v.astype(np.float64, copy=False) for _, v, _ in self._pending)]
         )
+        priority = np.concatenate([self.priority, *(q for _, _, q in self._pending)])
         self._pending = []
         self._pending_rows = 0
         if positions.size > self.limit:
             keep = np.argpartition(priority, self.limit - 1)[: self.limit]
             positions, values, priority = positions[keep], values[keep], priority[keep]
+        if positions.size >= self.limit:
+            self._threshold = priority.max()
         self.position, self.values, self.priority = positions, values, priority
 
     def rows(self) -> np.ndarray:
         self._compact()
-        return self.values[np.argsort(self.position, kind="stable")]
+        # Positions are distinct, so the (faster) default sort gives the stable order.
+        return self.values[np.argsort(self.position)]
 
 
 def _weighted_percentile(counts: Mapping[int, int], q: float) -> float:
@@ -1080,11 +1102,13 @@ class _StatsScan:
         bad = int(chosen.shape[0] - np.count_nonzero(good))
         if bad:
             self.nonfinite[(shard_id, "candidate_poses")] += bad
-        chosen, where, q, norm = chosen[good], where[good], q[good], norm[good]
+        if bad:
+            chosen, where, q, norm = chosen[good], where[good], q[good], norm[good]
         if chosen.shape[0] == 0:
             return
-        t = chosen[:, :3]
-        qw, qx, qy, qz = (q / norm[:, None]).T
+        # Contiguous columns: the element-wise math below runs on unit-stride arrays.
+        t = np.ascontiguousarray(chosen[:, :3].T).T
+        qw, qx, qy, qz = (q / norm[:, None]).T.copy()
         deg = 180.0 / math.pi
         values = {
             "distance_m": np.linalg.norm(t, axis=1),
