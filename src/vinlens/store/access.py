@@ -177,6 +177,15 @@ class LocalStoreAccess(StoreAccess):
         path = self._path(rel)
         return FileStat.from_os(path, os.stat(path))
 
+    def exists(self, rel: str = "") -> bool:
+        # Same answer as the base class, without building a FileStat: the reader asks this
+        # for every expected chunk file when it opens a block.
+        try:
+            os.stat(self._path(rel))
+        except FileNotFoundError:
+            return False
+        return True
+
     def list_dir(self, rel: str = "") -> tuple[str, ...]:
         return tuple(sorted(os.listdir(self._path(rel))))
 
