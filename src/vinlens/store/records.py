@@ -319,8 +319,24 @@ def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any
     if isinstance(data, bytes):
         first = 0
         template: _Template | None = None
+        # Every byte before the payload of the last one-array record, and its payload size:
+        # a record of the same length starting with those bytes has the same key, dtype
+        # and shape, and its payload fills the rest (fixed-size records: one compare).
+        header = b""
+        payload = -1
+        shape: tuple[int, ...] = ()
         while first < len(bounds) - 1:
             pos, stop = bounds[first] - base, bounds[first + 1] - base
+            if (
+                template is not None
+                and stop - pos == len(header) + payload
+                and data.startswith(header, pos)
+            ):
+                array = np.ndarray(shape, template.wire, data, pos + len(header))
+                native = template.native
+                yield {template.key: array if native is None else array.astype(native)}
+                first += 1
+                continue
             record = (
                 _fast_with_template(data, pos, stop, template) if template is not None else None
             )
@@ -329,6 +345,11 @@ def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any
                 if found is None:
                     break
                 record, template = found
+            if template is not None:
+                array = record[template.key]
+                payload = array.size * template.wire.itemsize
+                header = data[pos : stop - payload]
+                shape = array.shape
             yield record
             first += 1
         if first == len(bounds) - 1:
