@@ -131,6 +131,9 @@ def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_pa
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(f"{base}/api/contents/{TOUR_NOTEBOOK}", timeout=5)
         assert denied.value.code == 403  # auth stays on: no token, no notebook
+        # `vinlens demo` became JupyterLab itself, so stopping it leaves no server behind.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"jupyterlab" in cmdline
     finally:
         proc.terminate()
         try:

@@ -10,11 +10,11 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from vinlens.demo.data import DemoData, ensure_demo_data
 from vinlens.demo.notebooks import TOUR_NOTEBOOK, write_notebooks
@@ -53,25 +53,18 @@ def lab_command(root: Path, *, port: int, token: str, open_browser: bool) -> lis
     return cmd
 
 
-def run_lab(data: DemoData, *, port: int | None = None, open_browser: bool = True) -> int:
+def run_lab(data: DemoData, *, port: int | None = None, open_browser: bool = True) -> NoReturn:
+    """Replace this process by JupyterLab serving the demo (so signals reach Lab directly)."""
     port = port or _free_port()
     token = secrets.token_urlsafe(24)
     url = f"http://127.0.0.1:{port}/lab/tree/{TOUR_NOTEBOOK}?token={token}"
     cmd = lab_command(data.root, port=port, token=token, open_browser=open_browser)
-    print(f"vinlens demo: store {data.store_dir}", flush=True)
-    print(f"vinlens demo: raw shards {data.raw_dir}", flush=True)
-    print(f"vinlens demo: notebooks in {data.root}", flush=True)
-    proc = subprocess.Popen(cmd)
-    print(f"vinlens demo: JupyterLab is starting; open\n\n    {url}\n", flush=True)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            return proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return 130
+    print(f"vinlens demo: store {data.store_dir}")
+    print(f"vinlens demo: raw shards {data.raw_dir}")
+    print(f"vinlens demo: notebooks in {data.root}")
+    print(f"vinlens demo: starting JupyterLab; open\n\n    {url}\n", flush=True)
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)
 
 
 def check_notebook(path: Path, *, timeout: int = 600) -> int:
