@@ -33,6 +33,7 @@ from vinlens.store.format import (
     VinOfflineStoreConfig,
 )
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader, as_store_config
+from vinlens.store.sample import VinOfflineSample
 
 __all__ = [
     "VinOfflineDataset",
@@ -238,23 +239,7 @@ class VinOfflineDataset(Dataset[VinOracleSample]):
         if not -len(self.samples) <= index < len(self.samples):
             raise IndexError(f"index {index} out of range for {len(self.samples)} samples")
         entry = self.samples[index]
-        sample = self.reader().read_sample(entry.sample_index)
-        return VinOracleSample(
-            sample_index=entry.sample_index,
-            sample_key=entry.sample_key,
-            scene_id=entry.scene_id,
-            snippet_id=entry.snippet_id,
-            split=entry.split,
-            shard_id=entry.shard_id,
-            row=entry.row,
-            vin_points=torch.from_numpy(sample.vin_points.copy()),
-            candidate_valid=_tensor(sample.candidate_valid),
-            rri=_tensor(sample.rri),
-            rri_components={k: torch.from_numpy(v) for k, v in sample.rri_components.items()},
-            candidate_ids=_tensor(sample.candidate_ids),
-            candidate_poses=_tensor(sample.candidate_poses),
-            backbone={k: torch.from_numpy(v) for k, v in sample.backbone.items()},
-        )
+        return to_oracle_sample(entry, self.reader().read_sample(entry.sample_index))
 
     @staticmethod
     def collate(samples: Sequence[VinOracleSample]) -> VinOracleBatch:
@@ -275,3 +260,29 @@ class VinOfflineDataset(Dataset[VinOracleSample]):
 
 def _tensor(value: Any) -> torch.Tensor | None:
     return None if value is None else torch.from_numpy(value)
+
+
+def to_oracle_sample(entry: SampleIndexRow, sample: VinOfflineSample) -> VinOracleSample:
+    """One read sample as :class:`VinOracleSample` tensors, tagged with its index row.
+
+    The one conversion both :meth:`VinOfflineDataset.__getitem__` and the batch-shape
+    diagnostic use, so the shapes the diagnostic reports are those training sees.
+    ``vin_points`` is copied, so that tensor owns writable memory; the other arrays are
+    wrapped without a copy.
+    """
+    return VinOracleSample(
+        sample_index=entry.sample_index,
+        sample_key=entry.sample_key,
+        scene_id=entry.scene_id,
+        snippet_id=entry.snippet_id,
+        split=entry.split,
+        shard_id=entry.shard_id,
+        row=entry.row,
+        vin_points=torch.from_numpy(sample.vin_points.copy()),
+        candidate_valid=_tensor(sample.candidate_valid),
+        rri=_tensor(sample.rri),
+        rri_components={k: torch.from_numpy(v) for k, v in sample.rri_components.items()},
+        candidate_ids=_tensor(sample.candidate_ids),
+        candidate_poses=_tensor(sample.candidate_poses),
+        backbone={k: torch.from_numpy(v) for k, v in sample.backbone.items()},
+    )

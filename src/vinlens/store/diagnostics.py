@@ -1408,43 +1408,17 @@ def _batch_preview(
 
     Rows come from ``read_sample`` of the already open (generation-checked) reader, the
     call ``VinOfflineDataset.__getitem__`` makes, turned into ``VinOracleSample`` tensors
-    as it does, and batched by ``collate_vin_oracle_batch``. Opening a second dataset
+    by the same ``to_oracle_sample``, and batched by ``collate_vin_oracle_batch``. Opening a second dataset
     would parse ``sample_index.jsonl`` again and could see another generation.
     """
     if not labels or not indices:
         return {}, False, None
-    import torch
-
-    from vinlens.store.dataset import VinOracleSample, collate_vin_oracle_batch
-
-    def tensor(value: np.ndarray | None) -> torch.Tensor | None:
-        return None if value is None else torch.from_numpy(value)
+    from vinlens.store.dataset import collate_vin_oracle_batch, to_oracle_sample
 
     items = []
     try:
         for index in indices:
-            entry = reader.samples[index]
-            sample = reader.read_sample(index)
-            items.append(
-                VinOracleSample(
-                    sample_index=entry.sample_index,
-                    sample_key=entry.sample_key,
-                    scene_id=entry.scene_id,
-                    snippet_id=entry.snippet_id,
-                    split=entry.split,
-                    shard_id=entry.shard_id,
-                    row=entry.row,
-                    vin_points=torch.from_numpy(sample.vin_points.copy()),
-                    candidate_valid=tensor(sample.candidate_valid),
-                    rri=tensor(sample.rri),
-                    rri_components={
-                        k: torch.from_numpy(v) for k, v in sample.rri_components.items()
-                    },
-                    candidate_ids=tensor(sample.candidate_ids),
-                    candidate_poses=tensor(sample.candidate_poses),
-                    backbone={k: torch.from_numpy(v) for k, v in sample.backbone.items()},
-                )
-            )
+            items.append(to_oracle_sample(reader.samples[index], reader.read_sample(index)))
         batch = collate_vin_oracle_batch(items)
     except (VinOfflineStoreError, ValueError) as exc:
         path = exc.path if isinstance(exc, VinOfflineStoreError) else reader.access.root
