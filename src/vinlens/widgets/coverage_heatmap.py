@@ -17,12 +17,10 @@ generation the coverage was computed against; a store replaced since then is ref
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import tempfile
 import threading
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +37,7 @@ from vinlens.store.coverage import (
     find_raw_tar_shards,
     snippet_pairs_from_member_names,
 )
-from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig, VinOfflineStoreError
+from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
 from vinlens.store.reader import (
     StoreGeneration,
     VinOfflineStoreReader,
@@ -48,7 +46,6 @@ from vinlens.store.reader import (
 )
 from vinlens.store.tarscan import TarScanError, list_tar_member_names
 from vinlens.widgets._base import (
-    CommandCancelled,
     CommandContext,
     CommandError,
     VinlensWidget,
@@ -56,6 +53,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
+from vinlens.widgets._store_common import BackgroundJob, reject_unknown_kwargs, static_png_html
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -139,12 +137,7 @@ class CoverageHeatmapWidget(VinlensWidget):
         raw_dataset_dir: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
-        # traitlets only warns about unknown keywords; a typo should fail where it is made.
-        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-            )
+        reject_unknown_kwargs(type(self), kwargs)
         config = as_store_config(store)
         if raw_dataset_dir is not None:
             config = VinOfflineStoreConfig(
@@ -165,14 +158,13 @@ class CoverageHeatmapWidget(VinlensWidget):
         self._generation: StoreGeneration | None = None
         self._store_by_scene: dict[str, set[str]] = {}
         self._raw_by_scene: dict[str, set[str]] | None = None
-        self._job_lock = threading.Lock()
         self._index_lock = threading.Lock()
-        self._job_done = threading.Event()
-        self._job_done.set()
-        self._job_error: BaseException | None = None
+        self._job = BackgroundJob(
+            self, name="a coverage scan", id_prefix="scan", failure="coverage failed"
+        )
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self._start_background("construction")
+        self._job.start("construction", self._scan)
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -186,17 +178,14 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     def wait(self, timeout: float | None = None) -> VinOfflineCoverageStats:
         """Block until the running scan ends; return the record or raise its error."""
-        if not self._job_done.wait(timeout):
-            raise TimeoutError(f"coverage of {self._config.store_dir} not ready after {timeout}s")
-        if self._job_error is not None:
-            raise self._job_error
+        self._job.wait(timeout, f"coverage of {self._config.store_dir}")
         if self._record is None:
             raise RuntimeError(f"no coverage was computed for {self._config.store_dir}")
         return self._record
 
     def rescan(self) -> None:
         """Scan the raw tars again in the background (e.g. after the store was rebuilt)."""
-        self._start_background("rescan()")
+        self._job.start("rescan()", self._scan)
 
     def to_rows(self) -> list[dict[str, Any]]:
         """The per-scene table, one dict per scene (the engine's per-scene records)."""
@@ -223,15 +212,11 @@ class CoverageHeatmapWidget(VinlensWidget):
     # -- commands ----------------------------------------------------------------------
     @command("rescan", background=True)
     def _rescan_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if not self._job_lock.acquire(blocking=False):
-            raise CommandError("a coverage scan is already running; wait for it or cancel it")
-        try:
-            self._job_done.clear()
-            record = self._scan(ctx, "refresh")
-            return {"scenes": len(record.per_scene)}
-        finally:
-            self._job_done.set()
-            self._job_lock.release()
+        record = self._job.run_command(
+            "a coverage scan is already running; wait for it or cancel it",
+            lambda: self._scan(ctx, "refresh"),
+        )
+        return {"scenes": len(record.per_scene)}
 
     @command("scene_snippets", background=True)
     def _scene_snippets_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
@@ -261,64 +246,15 @@ class CoverageHeatmapWidget(VinlensWidget):
             )
         return self._record
 
-    def _start_background(self, trigger: str) -> None:
-        if not self._job_lock.acquire(blocking=False):
-            raise RuntimeError("a coverage scan is already running; wait() for it first")
-        self._job_done.clear()
-        ctx = CommandContext(self, f"scan-{uuid.uuid4().hex}")
-        self._running[ctx.request_id] = ctx
-
-        def job() -> None:
-            try:
-                self._scan(ctx, trigger)
-            except CommandCancelled:
-                pass
-            except CommandError as exc:
-                self._report_error(ctx.request_id, str(exc))
-            except BaseException as exc:  # reported in the widget, never raised in a thread
-                self._report_error(
-                    ctx.request_id, f"coverage failed: {type(exc).__name__}: {exc}", exc
-                )
-            finally:
-                self._running.pop(ctx.request_id, None)
-                self._job_done.set()
-                self._job_lock.release()
-
-        self._background_executor().submit(job)
-
     def _progress(self, ctx: CommandContext, trigger: str, step: str) -> Callable[[int, int], None]:
         def report(done: int, total: int) -> None:
-            self.acquisition = {
-                "id": ctx.request_id,
-                "state": "running",
-                "step": step,
-                "done": int(done),
-                "total": int(total),
-                "trigger": trigger,
-                "message": "",
-            }
+            self.acquisition = self._job.running(ctx, trigger, step, done, total)
             ctx.progress(done, total)  # raises CommandCancelled between two tars
 
         return report
 
-    def _finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
-        previous = self.acquisition
-        self.acquisition = {
-            "id": ctx.request_id,
-            "state": state,
-            "step": "",
-            "done": previous.get("done", 0),
-            "total": previous.get("total", 0),
-            "trigger": trigger,
-            "message": message,
-        }
-
     def _scan(self, ctx: CommandContext, trigger: str) -> VinOfflineCoverageStats:
-        self._job_error = None
-        self.status = "busy"
-        self.error = ""
-        self.error_traceback = ""
-        try:
+        with self._job.outcome(ctx, trigger):
             progress = self._progress(ctx, trigger, "scanning raw tar headers")
             progress(0, 0)
             generation = capture_store_generation(self._config)
@@ -350,21 +286,9 @@ class CoverageHeatmapWidget(VinlensWidget):
                 self._store_by_scene = dict(store_by_scene)
                 self._raw_by_scene = None
             self.coverage = coverage_payload(record)
-            self._finish(ctx, trigger, "done")
+            self._job.finish(ctx, trigger, "done")
             self.status = "idle"
             return record
-        except CommandCancelled:
-            self._finish(ctx, trigger, "cancelled", "cancelled by the user")
-            self.status = "idle"
-            raise
-        except BaseException as exc:
-            self._job_error = exc
-            self._finish(ctx, trigger, "failed", str(exc))
-            if isinstance(exc, VinOfflineStoreError | OSError | ValueError) and not isinstance(
-                exc, CommandError
-            ):
-                raise CommandError(str(exc)) from exc
-            raise
 
     # -- per-scene snippet lists -------------------------------------------------------
     def _scene_row(self, scene_id: str) -> VinOfflineCoverageSceneDiagnostic:
@@ -503,12 +427,6 @@ class CoverageHeatmapWidget(VinlensWidget):
                 )  # fmt: skip
                 parts.append("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
             parts.append("</table>")
-        try:
-            png = self.to_png()
-        except Exception as exc:  # the numbers above are still worth showing
-            parts.append(f"<p>(plot unavailable: {esc(type(exc).__name__)}: {esc(str(exc))})</p>")
-        else:
-            data = base64.b64encode(png).decode("ascii")
-            parts.append(f"<img alt='coverage per scene' src='data:image/png;base64,{data}'/>")
+        parts.append(static_png_html(self.to_png, alt="coverage per scene", unavailable="plot"))
         parts.append("</div>")
         return "\n".join(parts)

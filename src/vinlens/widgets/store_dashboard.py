@@ -25,12 +25,10 @@ mean, max, Pearson r of the pairs) is computed in the kernel.
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,11 +47,9 @@ from vinlens.store.format import (
     StoreNotFoundError,
     StoreReplacedError,
     VinOfflineStoreConfig,
-    VinOfflineStoreError,
 )
 from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import (
-    CommandCancelled,
     CommandContext,
     CommandError,
     VinlensWidget,
@@ -61,6 +57,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
+from vinlens.widgets._store_common import BackgroundJob, reject_unknown_kwargs, static_png_html
 
 __all__ = [
     "StoreDashboardWidget",
@@ -362,25 +359,23 @@ class StoreDashboardWidget(VinlensWidget):
         max_samples: int | None = 512,
         **kwargs: Any,
     ) -> None:
-        # traitlets only warns about unknown keywords; a typo should fail where it is made.
-        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-            )
+        reject_unknown_kwargs(type(self), kwargs)
         config = as_store_config(store)
         checked = _check_max_samples(max_samples)
         super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
         self._config = config
         self._stats: VinOfflineDatasetStats | None = None
         self._request: VinOfflineDatasetStatsRequest | None = None
-        self._job_lock = threading.Lock()
-        self._job_done = threading.Event()
-        self._job_done.set()
-        self._job_error: BaseException | None = None
+        self._job = BackgroundJob(
+            self,
+            name="an acquisition",
+            id_prefix="acquire",
+            failure="store statistics failed",
+            with_unit=True,
+        )
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self._start_background("construction")
+        self._job.start("construction", self._acquire)
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -399,12 +394,7 @@ class StoreDashboardWidget(VinlensWidget):
 
     def wait(self, timeout: float | None = None) -> VinOfflineDatasetStats:
         """Block until the running acquisition ends; return the stats or raise its error."""
-        if not self._job_done.wait(timeout):
-            raise TimeoutError(
-                f"store statistics for {self._config.store_dir} not ready after {timeout}s"
-            )
-        if self._job_error is not None:
-            raise self._job_error
+        self._job.wait(timeout, f"store statistics for {self._config.store_dir}")
         if self._stats is None:
             raise RuntimeError(f"no statistics were acquired for {self._config.store_dir}")
         return self._stats
@@ -413,7 +403,7 @@ class StoreDashboardWidget(VinlensWidget):
         """Start a new acquisition (a new request) in the background; see :meth:`wait`."""
         if max_samples is not ...:
             self.max_samples = _check_max_samples(max_samples)
-        self._start_background("refresh()")
+        self._job.start("refresh()", self._acquire)
 
     # -- commands ----------------------------------------------------------------------
     @command("refresh", background=True)
@@ -423,41 +413,12 @@ class StoreDashboardWidget(VinlensWidget):
                 self.max_samples = _check_max_samples(args["max_samples"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
-        if not self._job_lock.acquire(blocking=False):
-            raise CommandError("an acquisition is already running; wait for it or cancel it first")
-        try:
-            self._job_done.clear()
-            return self._acquire(ctx, "refresh")
-        finally:
-            self._job_done.set()
-            self._job_lock.release()
+        return self._job.run_command(
+            "an acquisition is already running; wait for it or cancel it first",
+            lambda: self._acquire(ctx, "refresh"),
+        )
 
     # -- acquisition -------------------------------------------------------------------
-    def _start_background(self, trigger: str) -> None:
-        if not self._job_lock.acquire(blocking=False):
-            raise RuntimeError("an acquisition is already running; wait() for it first")
-        self._job_done.clear()
-        ctx = CommandContext(self, f"acquire-{uuid.uuid4().hex}")
-        self._running[ctx.request_id] = ctx  # the browser cancels it by this id
-
-        def job() -> None:
-            try:
-                self._acquire(ctx, trigger)
-            except CommandCancelled:
-                pass
-            except CommandError as exc:
-                self._report_error(ctx.request_id, str(exc))
-            except BaseException as exc:  # reported in the widget, never raised in a thread
-                self._report_error(
-                    ctx.request_id, f"store statistics failed: {type(exc).__name__}: {exc}", exc
-                )
-            finally:
-                self._running.pop(ctx.request_id, None)
-                self._job_done.set()
-                self._job_lock.release()
-
-        self._background_executor().submit(job)
-
     def _set_step(
         self,
         ctx: CommandContext,
@@ -468,39 +429,13 @@ class StoreDashboardWidget(VinlensWidget):
         unit: str = "",
     ) -> None:
         """Publish where the acquisition is; raises CommandCancelled once cancelled."""
-        self.acquisition = {
-            "id": ctx.request_id,
-            "state": "running",
-            "step": step,
-            "done": int(done),
-            "total": int(total),
-            "unit": unit,
-            "trigger": trigger,
-            "message": "",
-        }
+        self.acquisition = self._job.running(ctx, trigger, step, done, total, unit)
         ctx.progress(done, total)
-
-    def _finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
-        previous = self.acquisition
-        self.acquisition = {
-            "id": ctx.request_id,
-            "state": state,
-            "step": "",
-            "done": previous.get("done", 0),
-            "total": previous.get("total", 0),
-            "unit": previous.get("unit", ""),
-            "trigger": trigger,
-            "message": message,
-        }
 
     def _acquire(self, ctx: CommandContext, trigger: str) -> dict[str, Any]:
         """Capture a request, acquire through the engine, publish the payload."""
-        self._job_error = None
-        self.status = "busy"
-        self.error = ""
-        self.error_traceback = ""
         path = self._config.store_dir
-        try:
+        with self._job.outcome(ctx, trigger):
             self._set_step(ctx, trigger, "capturing request")
             try:
                 request = capture_vin_offline_dataset_stats_request(
@@ -572,21 +507,9 @@ class StoreDashboardWidget(VinlensWidget):
             self._request = request
             self.payload = payload
             self.stale = False
-            self._finish(ctx, trigger, "done")
+            self._job.finish(ctx, trigger, "done")
             self.status = "idle"
             return {"digest": digest, "replaced": bool(self.replacement.get("replaced"))}
-        except CommandCancelled:
-            self._finish(ctx, trigger, "cancelled", "cancelled by the user")
-            self.status = "idle"
-            raise
-        except BaseException as exc:
-            self._job_error = exc
-            self._finish(ctx, trigger, "failed", str(exc))
-            if isinstance(exc, VinOfflineStoreError | OSError | ValueError) and not isinstance(
-                exc, CommandError
-            ):
-                raise CommandError(str(exc)) from exc
-            raise
 
     # -- static fallback ---------------------------------------------------------------
     def to_png(self) -> bytes:
@@ -648,12 +571,6 @@ def _static_html(widget: StoreDashboardWidget) -> str:
         parts.append("</ul>")
     else:
         parts.append("<p>No integrity problems found.</p>")
-    try:
-        png = widget.to_png()
-    except Exception as exc:  # the numbers above are still worth showing
-        parts.append(f"<p>(plots unavailable: {esc(type(exc).__name__)}: {esc(str(exc))})</p>")
-    else:
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<img alt='store diagnostics plots' src='data:image/png;base64,{data}'/>")
+    parts.append(static_png_html(widget.to_png, alt="store diagnostics plots", unavailable="plots"))
     parts.append("</div>")
     return "\n".join(parts)
