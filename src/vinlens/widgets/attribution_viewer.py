@@ -36,6 +36,7 @@ from vinlens.attribution import (
     camera_targets_for_layer,
     explain_cameras,
 )
+from vinlens.attribution.targets import CAMERA_PLACEHOLDER
 from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
     CommandContext,
@@ -58,7 +59,6 @@ METHOD_LABELS: dict[str, str] = {name: _LABELS.get(name, name) for name in ATTRI
 COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
-CAMERA_PLACEHOLDER = "{camera}"
 
 ImageLike = torch.Tensor | np.ndarray
 Score = Callable[[Any], torch.Tensor]
