@@ -76,6 +76,7 @@ def test_vinlens_demo_check_runs_the_tour(demo_dir: Path, capsys: pytest.Capture
     assert main(["demo", "--dir", str(demo_dir), "--check"]) == 0
     assert "code cells ran" in capsys.readouterr().out
     assert (demo_dir / TOUR_NOTEBOOK).exists()
+    assert not (demo_dir / "snapshots.csv").exists()  # the tour's export went to a temp dir
 
 
 def test_vinlens_demo_check_fails_when_a_cell_fails(demo_dir: Path, tmp_path: Path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import socket
 import sys
 import tempfile
@@ -68,19 +67,19 @@ def run_lab(data: DemoData, *, port: int | None = None, open_browser: bool = Tru
 
 
 def check_notebook(path: Path, *, timeout: int = 600) -> int:
-    """Run a notebook headless (nbclient) on a copy; 0 when every cell ran, 1 otherwise."""
+    """Run a notebook headless (nbclient); 0 when every cell ran, 1 otherwise.
+
+    The notebook file is only read, and the kernel works in a temporary directory, so a
+    check leaves neither outputs in the notebook nor files (e.g. exported CSVs) behind.
+    """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     with tempfile.TemporaryDirectory(prefix="vinlens-check-") as tmp:
-        shutil.copy(path, Path(tmp) / path.name)
         client = NotebookClient(
-            nb,
-            timeout=timeout,
-            kernel_name="python3",
-            resources={"metadata": {"path": str(path.parent)}},
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": tmp}}
         )
         started = time.perf_counter()
         try:
