@@ -64,3 +64,14 @@ export function dataView(bytes: ArrayBufferView | ArrayBuffer): DataView {
   if (bytes instanceof ArrayBuffer) return new DataView(bytes);
   return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
+
+/** A string column as encode_table() sends it: UTF-8 bytes plus uint32 offsets, both as DataView. */
+export function stringColumn(name: string, values: string[]) {
+  const enc = new TextEncoder();
+  const parts = values.map((v) => enc.encode(v));
+  const offsets = new Uint32Array(values.length + 1);
+  parts.forEach((p, i) => { offsets[i + 1] = offsets[i] + p.length; });
+  const data = new Uint8Array(offsets[values.length]);
+  parts.forEach((p, i) => data.set(p, offsets[i]));
+  return { name, dtype: "string", offsets: dataView(offsets), data: dataView(data) };
+}

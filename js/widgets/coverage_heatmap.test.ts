@@ -1,20 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { colormap } from "../lib/colormap";
-import { FakeModel, dataView } from "../lib/fake-model";
+import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
 import { decodeTable } from "../lib/payload";
 import { cellAt, gridLayout, render, sceneRows, sortOrder, type CoverageModel } from "./coverage_heatmap";
 
 const HOSTILE = "<img src=x onerror=alert(1)>";
 
-function stringColumn(name: string, values: string[]) {
-  const enc = new TextEncoder();
-  const parts = values.map((v) => enc.encode(v));
-  const offsets = new Uint32Array(values.length + 1);
-  parts.forEach((p, i) => { offsets[i + 1] = offsets[i] + p.length; });
-  const data = new Uint8Array(offsets[values.length]);
-  parts.forEach((p, i) => data.set(p, offsets[i]));
-  return { name, dtype: "string", offsets: dataView(offsets), data: dataView(data) };
-}
 
 interface Scene { id: string; raw: number; store: number; covered: number; missing: number; outside: number; coverage: number }
 

@@ -1,17 +1,8 @@
 import { describe, expect, it, vi } from "vitest";
-import { FakeModel, dataView } from "../lib/fake-model";
+import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
 import { histogram, histogramSvg } from "../lib/histogram";
 import widget, { Snapshots, snapshotsCsv } from "./snapshot_browser";
 
-function strings(name: string, values: string[]) {
-  const enc = new TextEncoder();
-  const bytes = values.map((v) => enc.encode(v));
-  const offsets = new Uint32Array(values.length + 1);
-  bytes.forEach((b, i) => { offsets[i + 1] = offsets[i] + b.length; });
-  const data = new Uint8Array(offsets[values.length]);
-  bytes.forEach((b, i) => data.set(b, offsets[i]));
-  return { name, dtype: "string", offsets: dataView(offsets), data: dataView(data) };
-}
 const ints = (name: string, values: number[]) => ({ name, dtype: "int32", data: dataView(Int32Array.from(values)) });
 
 /** What snapshot_table_payload() sends for three snapshots. */
@@ -27,11 +18,11 @@ function payload() {
       $table: {
         length: rows.length,
         columns: [
-          strings("module_path", col(0) as string[]), ints("call_index", col(1) as number[]),
-          strings("direction", col(2) as string[]), strings("tensor_path", col(3) as string[]),
-          strings("shape", col(4) as string[]), strings("dtype", col(5) as string[]),
-          strings("device", col(6) as string[]), ints("numel", col(7) as number[]),
-          ints("sampled_bytes", col(8) as number[]), strings("sample_omission_reason", col(9) as string[]),
+          stringColumn("module_path", col(0) as string[]), ints("call_index", col(1) as number[]),
+          stringColumn("direction", col(2) as string[]), stringColumn("tensor_path", col(3) as string[]),
+          stringColumn("shape", col(4) as string[]), stringColumn("dtype", col(5) as string[]),
+          stringColumn("device", col(6) as string[]), ints("numel", col(7) as number[]),
+          ints("sampled_bytes", col(8) as number[]), stringColumn("sample_omission_reason", col(9) as string[]),
           ints("values_start", col(10) as number[]), ints("values_count", col(11) as number[]),
         ],
       },

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { FakeModel, dataView } from "../lib/fake-model";
+import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
 import { formatBytes, render, seriesHistogram, type DashboardModel, type Series } from "./store_dashboard";
 
 const HOSTILE = "<img src=x onerror=alert(1)>";
@@ -8,15 +8,6 @@ function f32(values: number[]) {
   return { $array: { dtype: "float32", shape: [values.length], data: dataView(new Float32Array(values)) } };
 }
 
-function stringColumn(name: string, values: string[]) {
-  const enc = new TextEncoder();
-  const parts = values.map((v) => enc.encode(v));
-  const offsets = new Uint32Array(values.length + 1);
-  parts.forEach((p, i) => { offsets[i + 1] = offsets[i] + p.length; });
-  const data = new Uint8Array(offsets[values.length]);
-  parts.forEach((p, i) => data.set(p, offsets[i]));
-  return { name, dtype: "string", offsets: dataView(offsets), data: dataView(data) };
-}
 
 function series(key: string, title: string, values: number[] | null, unavailable: string | null = null): Series {
   return {
