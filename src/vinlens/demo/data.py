@@ -83,7 +83,6 @@ def ensure_demo_data(root: str | os.PathLike[str] | None = None) -> DemoData:
         if data_dir.exists():
             shutil.rmtree(data_dir)
         data_dir.mkdir(parents=True)
-        record = write_synthetic_dataset(data_dir, DEMO_STORE_SPEC, DEMO_RAW_SPEC)
-        config = record.config
+        write_synthetic_dataset(data_dir, DEMO_STORE_SPEC, DEMO_RAW_SPEC)  # store/ and raw/
         stamp.write_text(json.dumps(expected, indent=2))
     return DemoData(root=base, store=config)
