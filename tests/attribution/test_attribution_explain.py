@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from vinlens.attribution import (
     ATTRIBUTION_METHODS,
     ablation_cam,
+    check_camera_targets,
     explain_cameras,
     grad_cam,
     grad_cam_plus_plus,
@@ -101,6 +102,19 @@ def test_score_callable_numpy_and_unbatched_images(images: Images) -> None:
     for record, batched in zip(one, by_index[3:], strict=True):
         np.testing.assert_allclose(record.raw_map, batched.raw_map, rtol=1e-4, atol=1e-8)
     assert progress[-1] == (3, 3)
+
+
+def test_check_camera_targets_is_the_check_explain_cameras_applies() -> None:
+    targets = MultiCameraDemoModel("dedicated_layer").camera_targets()
+    assert check_camera_targets(list(targets), ["rgb", "slam-left", "slam-right"]) == tuple(targets)
+    with pytest.raises(
+        ValueError, match=r"Target camera 'slam-left' has no image; images has \['rgb'\]"
+    ):
+        check_camera_targets(targets, ["rgb"])
+    with pytest.raises(TypeError, match="must hold CameraExplanationTarget records, got str"):
+        check_camera_targets(["rgb"], ["rgb"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="targets is empty"):
+        check_camera_targets([], ["rgb"])
 
 
 def test_explain_cameras_errors(images: Images) -> None:

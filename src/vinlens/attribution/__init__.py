@@ -10,6 +10,7 @@ from __future__ import annotations
 from vinlens.attribution.explain import (
     ATTRIBUTION_METHODS,
     CameraAttribution,
+    check_camera_targets,
     explain_cameras,
     normalize_map,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "VisionCaptureMode",
     "ablation_cam",
     "camera_targets_for_layer",
+    "check_camera_targets",
     "explain_cameras",
     "grad_cam",
     "grad_cam_plus_plus",

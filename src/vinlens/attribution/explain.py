@@ -10,7 +10,7 @@ raw values, per-camera normalised maps, or maps on one shared scale.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "ATTRIBUTION_METHODS",
     "CameraAttribution",
     "ImageLike",
+    "check_camera_targets",
     "explain_cameras",
     "normalize_map",
 ]
@@ -39,6 +40,36 @@ ATTRIBUTION_METHODS: tuple[str, ...] = ("grad_cam", "grad_cam_plus_plus", "ablat
 """Method names :func:`explain_cameras` accepts, in the order a viewer lists them."""
 
 ImageLike = torch.Tensor | np.ndarray
+
+
+def check_camera_targets(
+    targets: Sequence[CameraExplanationTarget], camera_keys: Iterable[str]
+) -> tuple[CameraExplanationTarget, ...]:
+    """``targets`` as a tuple, after checking each is a record whose camera has an image.
+
+    Public so a front end (the attribution viewer) rejects bad targets with the same
+    messages :func:`explain_cameras` gives, instead of keeping its own copy of the checks.
+
+    Raises:
+        ValueError: When ``targets`` is empty or a target's camera is not in ``camera_keys``.
+        TypeError: When an element is not a :class:`CameraExplanationTarget`.
+    """
+    checked = tuple(targets)
+    if not checked:
+        raise ValueError("targets is empty; pass at least one CameraExplanationTarget.")
+    keys = sorted(camera_keys)
+    for target in checked:
+        if not isinstance(target, CameraExplanationTarget):
+            raise TypeError(
+                f"targets must hold CameraExplanationTarget records, got {type(target).__name__}."
+            )
+        if target.camera_key not in keys:
+            raise ValueError(
+                f"Target camera {target.camera_key!r} has no image; images has {keys}."
+            )
+    return checked
+
+
 OutputScore = Callable[[Any], torch.Tensor]
 
 
@@ -236,18 +267,7 @@ def explain_cameras(
         raise ValueError(
             f"Unknown attribution method {method!r}; expected one of {ATTRIBUTION_METHODS}."
         )
-    targets = tuple(targets)
-    if not targets:
-        raise ValueError("targets is empty; pass at least one CameraExplanationTarget.")
-    for target in targets:
-        if not isinstance(target, CameraExplanationTarget):
-            raise TypeError(
-                f"targets must hold CameraExplanationTarget records, got {type(target).__name__}."
-            )
-        if target.camera_key not in images:
-            raise ValueError(
-                f"Target camera {target.camera_key!r} has no image; images has {sorted(images)}."
-            )
+    targets = check_camera_targets(targets, images)
     batched = _batched_images(images, _model_device(model))
     output_score = _output_score(score)
     run_forward = forward if forward is not None else model
