@@ -162,12 +162,12 @@ def collate_vin_oracle_batch(samples: Sequence[VinOracleSample]) -> VinOracleBat
     """Collate samples into a :class:`VinOracleBatch` (use as a DataLoader ``collate_fn``)."""
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
-    lengths = torch.tensor([int(s.vin_points.shape[0]) for s in samples], dtype=torch.int64)
-    max_len = int(lengths.max()) if len(samples) else 0
+    counts = [int(s.vin_points.shape[0]) for s in samples]
+    lengths = torch.tensor(counts, dtype=torch.int64)
+    max_len = max(counts)
     points = torch.zeros((len(samples), max_len, 3), dtype=torch.float32)
     mask = torch.zeros((len(samples), max_len), dtype=torch.bool)
-    for i, sample in enumerate(samples):
-        n = int(sample.vin_points.shape[0])
+    for i, (sample, n) in enumerate(zip(samples, counts, strict=True)):
         points[i, :n] = sample.vin_points
         mask[i, :n] = True
     return VinOracleBatch(
