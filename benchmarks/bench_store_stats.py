@@ -21,7 +21,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -96,14 +98,14 @@ def raw_read(files: list[Path]) -> int:
     return sum(int(np.fromfile(p, dtype=np.uint8).nbytes) for p in files)
 
 
-def _best(fn: object, repeat: int) -> tuple[float, object]:
-    best = float("inf")
-    result = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - start)
-    return best, result
+T = TypeVar("T")
+
+
+def _timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """Seconds one call of ``fn`` took, and its result (``main`` alternates the repeats)."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
 
         raw_times, stats_times = [], []
         for _ in range(args.repeat):  # alternate, so drift on a shared machine hits both
-            raw_times.append(_best(lambda: raw_read(files), 1)[0])
-            seconds, stats = _best(
-                lambda: collect_vin_offline_dataset_stats(store, max_samples=None), 1
+            raw_times.append(_timed(lambda: raw_read(files))[0])
+            seconds, stats = _timed(
+                lambda: collect_vin_offline_dataset_stats(store, max_samples=None)
             )
             stats_times.append(seconds)
-        sampled, _ = _best(lambda: collect_vin_offline_dataset_stats(store), 1)
+        sampled, _ = _timed(lambda: collect_vin_offline_dataset_stats(store))
         raw_s, stats_s = min(raw_times), min(stats_times)
         mb = payload / 1e6
         print(f"store: {store} ({mb:.0f} MB payload in {len(files)} files)")
