@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from payload_decode import table_column
 
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
 from vinlens.store.synthetic import (
@@ -21,14 +22,6 @@ from vinlens.store.synthetic import (
 from vinlens.widgets.coverage_heatmap import CoverageHeatmapWidget
 
 HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-def table_column(node, name):
-    col = next(c for c in node["$table"]["columns"] if c["name"] == name)
-    if col["dtype"] == "string":
-        offsets = np.frombuffer(col["offsets"], dtype="<u4")
-        return [col["data"][offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1)]
-    return np.frombuffer(col["data"], dtype=col["dtype"])
 
 
 @pytest.fixture

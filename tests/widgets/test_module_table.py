@@ -2,12 +2,12 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 import traitlets
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from payload_decode import table_column
 from torch import nn
 
 from vinlens.model_inspection import inspect_model
@@ -36,13 +36,8 @@ def small_model() -> nn.Module:
 
 
 def column(table, name):
-    col = next(c for c in table["$table"]["columns"] if c["name"] == name)
-    if col["dtype"] == "string":
-        offsets = np.frombuffer(col["offsets"], dtype="<u4")
-        data = col["data"]
-        return [data[offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1)]
-    dtype = {"bool": np.bool_}.get(col["dtype"], col["dtype"])
-    return np.frombuffer(col["data"], dtype=dtype).tolist()
+    values = table_column(table, name)
+    return values if isinstance(values, list) else values.tolist()
 
 
 def test_payload_is_binary_columns_with_tree_structure():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from payload_decode import table_column
 
 from vinlens.store.diagnostics import (
     capture_vin_offline_dataset_stats_request,
@@ -23,14 +24,6 @@ from vinlens.widgets.store_dashboard import StoreDashboardWidget, dashboard_payl
 def decode_array(node):
     a = node["$array"]
     return np.frombuffer(a["data"], dtype=a["dtype"]).reshape(a["shape"])
-
-
-def table_column(node, name):
-    col = next(c for c in node["$table"]["columns"] if c["name"] == name)
-    if col["dtype"] == "string":
-        offsets = np.frombuffer(col["offsets"], dtype="<u4")
-        return [col["data"][offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1)]
-    return np.frombuffer(col["data"], dtype=col["dtype"])
 
 
 @pytest.fixture
