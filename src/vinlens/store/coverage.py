@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vinlens.store.access import open_store_access
+from vinlens.store.access import StoreAccess, open_store_access
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
@@ -154,7 +154,11 @@ def snippet_pairs_from_member_names(
 
 def find_raw_tar_shards(raw_dataset_dir: str | os.PathLike[str]) -> list[str]:
     """Relative paths of every ``*.tar`` below ``raw_dataset_dir``, sorted."""
-    access = open_store_access(raw_dataset_dir)
+    return _tar_shards(open_store_access(raw_dataset_dir))
+
+
+def _tar_shards(access: StoreAccess) -> list[str]:
+    """:func:`find_raw_tar_shards` on an access object the caller already holds."""
     try:
         root = access.stat("")
     except FileNotFoundError:
@@ -198,31 +202,33 @@ def collect_vin_offline_dataset_coverage(
         store_dir = str(reader.store_dir)
 
         raw_access = open_store_access(config.raw_dataset_dir)
-        tars = find_raw_tar_shards(config.raw_dataset_dir)
-        found = len(tars)
-        if max_tars is not None:
-            tars = tars[:max_tars]
-        total = len(tars)
-        if progress_cb is not None:
-            progress_cb(0, total)
-        dataset_pairs: set[SnippetPair] = set()
-        unparseable = 0
-        unparseable_examples: list[str] = []
-        members = 0
-        for done, rel in enumerate(tars, start=1):
-            with raw_access.open_binary(rel) as handle:
-                names = list_tar_member_names(
-                    handle, name=raw_access.describe(rel), regular_only=True
-                )
-            members += len(names)
-            pairs, bad = snippet_pairs_from_member_names(names)
-            dataset_pairs |= pairs
-            unparseable += len(bad)
-            for name in bad[: MAX_COVERAGE_EXAMPLES - len(unparseable_examples)]:
-                unparseable_examples.append(f"{rel}: {name}")
+        try:
+            tars = _tar_shards(raw_access)
+            found = len(tars)
+            if max_tars is not None:
+                tars = tars[:max_tars]
+            total = len(tars)
             if progress_cb is not None:
-                progress_cb(done, total)
-        raw_access.close()
+                progress_cb(0, total)
+            dataset_pairs: set[SnippetPair] = set()
+            unparseable = 0
+            unparseable_examples: list[str] = []
+            members = 0
+            for done, rel in enumerate(tars, start=1):
+                with raw_access.open_binary(rel) as handle:
+                    names = list_tar_member_names(
+                        handle, name=raw_access.describe(rel), regular_only=True
+                    )
+                members += len(names)
+                pairs, bad = snippet_pairs_from_member_names(names)
+                dataset_pairs |= pairs
+                unparseable += len(bad)
+                for name in bad[: MAX_COVERAGE_EXAMPLES - len(unparseable_examples)]:
+                    unparseable_examples.append(f"{rel}: {name}")
+                if progress_cb is not None:
+                    progress_cb(done, total)
+        finally:
+            raw_access.close()
         # The sample index was read at open; make sure it still is the store at the path.
         reader.check_generation()
 
