@@ -56,6 +56,7 @@ def _assert_matches_tarfile(path: Path) -> None:
     assert list_tar_member_names(path) == [m.name for m in expected]
     for ours, theirs in zip(got, expected, strict=True):
         assert ours.typeflag == ("0" if theirs.type == tarfile.AREGTYPE else theirs.type.decode())
+        assert ours.is_regular == theirs.isreg(), ours.name
         assert ours.header_offset == theirs.offset, ours.name
         assert ours.data_offset == theirs.offset_data, ours.name
         if theirs.isreg():
