@@ -336,7 +336,7 @@ def test_constructor_rejects_bad_inputs_with_clear_errors(images):
         AttributionViewerWidget(model, batch, target_class=0)
     with pytest.raises(ValueError, match=r"'encoders\.rgb\.conv9' .*not a module"):
         AttributionViewerWidget(model, images, target_class=0, layer="encoders.{camera}.conv9")
-    with pytest.raises(ValueError, match="target for camera 'depth' has no image"):
+    with pytest.raises(ValueError, match="Target camera 'depth' has no image"):
         targets = camera_targets_for_layer("x", "per_camera_call", ["rgb", "depth"])
         AttributionViewerWidget(model, images, target_class=0, targets=targets)
     with pytest.raises(ValueError, match="colormap='jet'"):

@@ -34,6 +34,7 @@ from vinlens.attribution import (
     CameraExplanationTarget,
     VisionCaptureMode,
     camera_targets_for_layer,
+    check_camera_targets,
     explain_cameras,
 )
 from vinlens.attribution.targets import CAMERA_PLACEHOLDER
@@ -552,16 +553,9 @@ def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str
 def _targets_by_camera(
     targets: Sequence[CameraExplanationTarget], keys: list[str]
 ) -> dict[str, CameraExplanationTarget]:
+    """The engine's target checks, then the viewer's own rule: exactly one target per image."""
     by_camera: dict[str, CameraExplanationTarget] = {}
-    for target in targets:
-        if not isinstance(target, CameraExplanationTarget):
-            raise TypeError(
-                f"targets must be CameraExplanationTarget records, got {type(target).__name__}."
-            )
-        if target.camera_key not in keys:
-            raise ValueError(
-                f"target for camera {target.camera_key!r} has no image; images has {keys}."
-            )
+    for target in check_camera_targets(targets, keys):
         if target.camera_key in by_camera:
             raise ValueError(f"two targets for camera {target.camera_key!r}.")
         by_camera[target.camera_key] = target
