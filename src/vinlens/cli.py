@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 # Modules exposing ``register(subparsers: argparse._SubParsersAction) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -17,6 +17,22 @@ COMMAND_MODULES: tuple[str, ...] = (
     "vinlens.store.cli",
     "vinlens.demo.cli",
 )
+
+
+def format_table(
+    headers: Sequence[object], rows: Sequence[Sequence[object]], *, right: Collection[int] = ()
+) -> str:
+    """Rows as columns separated by two spaces under a header rule; ``right`` columns right-aligned."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *map(line, cells[1:])])
 
 
 def build_parser() -> argparse.ArgumentParser:

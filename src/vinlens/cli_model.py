@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vinlens.cli import format_table
 from vinlens.model_inspection import (
     CaptureLimits,
     ModelCapture,
@@ -156,19 +157,6 @@ def example_inputs(
 # --------------------------------------------------------------------------- rendering
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.rjust(width) if index in right else cell.ljust(width)
-            for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    return [line(headers), line(["-" * width for width in widths]), *(line(row) for row in rows)]
-
-
 def _short_type(qualified: str) -> str:
     return qualified.rpartition(".")[2]
 
@@ -192,7 +180,11 @@ def format_module_table(metadata: ModelMetadata, limit: int | None) -> str:
         for row in shown
     ]
     lines = [header, ""]
-    lines += _table(["path", "type", "params", "trainable", "buffers", "training"], rows, {2, 3, 4})
+    lines.append(
+        format_table(
+            ["path", "type", "params", "trainable", "buffers", "training"], rows, right={2, 3, 4}
+        )
+    )
     hidden = len(metadata.modules) - len(shown)
     if hidden:
         lines.append(f"... {hidden:,} more modules (use --all to list every module)")
@@ -239,7 +231,11 @@ def format_capture_summary(
         ]
         for s in snapshots[:snapshot_rows]
     ]
-    lines += _table(["module", "call", "side", "tensor", "shape", "dtype", "values"], rows, {1})
+    lines.append(
+        format_table(
+            ["module", "call", "side", "tensor", "shape", "dtype", "values"], rows, right={1}
+        )
+    )
     hidden = len(snapshots) - len(rows)
     if hidden:
         lines.append(f"... {hidden} more snapshots (use --snapshots N or --json)")

@@ -11,26 +11,15 @@ import argparse
 import importlib
 import json
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
+from vinlens.cli import format_table  # re-exported: the store commands' table format
 from vinlens.store.format import BlockKind
 
 __all__ = ["STORE_COMMAND_MODULES", "format_table", "register"]
 
 # Modules exposing ``register_store_commands(store_subparsers) -> None``.
 STORE_COMMAND_MODULES: tuple[str, ...] = ("vinlens.store.cli_diagnostics",)
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Rows as left-aligned columns separated by two spaces, with a header rule."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
