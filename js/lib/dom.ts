@@ -53,3 +53,9 @@ export function csvField(value: unknown): string {
   if (/^[=+\-@\t\r]/.test(s) && !/^-?[\d.]+(e[+-]?\d+)?$/i.test(s)) s = `'${s}`;
   return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
+
+/** The part after the last dot: `torch.nn.Linear` -> `Linear`, `encoder.blocks.0` -> `0`. */
+export function lastDotted(name: string): string {
+  const dot = name.lastIndexOf(".");
+  return dot >= 0 ? name.slice(dot + 1) : name;
+}

@@ -5,7 +5,7 @@
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
 import "./config_tree.css";
-import { h, replaceChildren } from "../lib/dom";
+import { h, lastDotted, replaceChildren } from "../lib/dom";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
 
@@ -24,11 +24,6 @@ export interface ConfigTreeModel {
   status: string;
   error: string;
   error_traceback: string;
-}
-
-function shortType(qualified: string): string {
-  const dot = qualified.lastIndexOf(".");
-  return dot >= 0 ? qualified.slice(dot + 1) : qualified;
 }
 
 /** `text` as text nodes with every case-insensitive occurrence of `q` in a <mark>. */
@@ -108,7 +103,7 @@ function render({ model, el }: { model: AnyModel<ConfigTreeModel>; el: HTMLEleme
       h("span", { class: "vl-ct-cell vl-ct-name-cell" }, twisty, name),
       value,
       h("span", { class: "vl-ct-declared vl-mono vl-muted", title: field.declared_type }, field.declared_type),
-      h("span", { class: "vl-ct-configured vl-mono vl-muted", title: field.configured_type }, shortType(field.configured_type)));
+      h("span", { class: "vl-ct-configured vl-mono vl-muted", title: field.configured_type }, lastDotted(field.configured_type)));
       row.style.setProperty("--vl-ct-depth", String(depth));
       const haystack = [field.path.join("."), field.value_text, field.declared_type, field.configured_type].join("\n").toLowerCase();
       return { field, parent, depth, hasChildren: false, haystack, row, twisty, name, value };

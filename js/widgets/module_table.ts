@@ -5,7 +5,7 @@
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
 import "./module_table.css";
-import { h, replaceChildren } from "../lib/dom";
+import { h, lastDotted, replaceChildren } from "../lib/dom";
 import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -105,16 +105,6 @@ export class ModuleRows {
   hasChildren(i: number): boolean {
     return this.subtreeEnd[i] > i + 1;
   }
-}
-
-function shortType(qualified: string): string {
-  const dot = qualified.lastIndexOf(".");
-  return dot >= 0 ? qualified.slice(dot + 1) : qualified;
-}
-
-function lastSegment(path: string): string {
-  const dot = path.lastIndexOf(".");
-  return dot >= 0 ? path.slice(dot + 1) : path;
 }
 
 export interface ModuleTableOptions {
@@ -241,7 +231,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
           twisty.hidden = false;
           twisty.textContent = rows.hasChildren(i) ? (open ? "▾" : "▸") : "";
           cell.style.paddingLeft = `${8 + rows.depth[i] * 14}px`;
-          name.textContent = lastSegment(path);
+          name.textContent = lastDotted(path);
           if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", open ? "true" : "false");
           else row?.removeAttribute("aria-expanded");
         } else {
@@ -255,7 +245,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       case "type": {
         const t = rows.typeName(i);
         cell.title = t;
-        cell.textContent = shortType(t);
+        cell.textContent = lastDotted(t);
         break;
       }
       case "direct_parameters": cell.textContent = formatNumber(rows.params[i]); break;
@@ -418,7 +408,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     const s = model.get("model_summary") ?? {};
     const n = rows?.n ?? 0;
     const parts = [
-      h("span", { class: "vl-mt-model-type vl-mono", title: s.model_type ?? "" }, shortType(s.model_type ?? "")),
+      h("span", { class: "vl-mt-model-type vl-mono", title: s.model_type ?? "" }, lastDotted(s.model_type ?? "")),
       h("span", {}, h("b", {}, formatNumber(n)), " modules"),
       h("span", {}, h("b", { class: "vl-mt-total-params" }, formatNumber(s.total_parameters ?? 0)), " parameters"),
       h("span", {}, h("b", {}, formatNumber(s.trainable_parameters ?? 0)), " trainable"),
@@ -444,7 +434,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     const counts = new Map<number, number>();
     if (rows) for (let i = 0; i < rows.n; i++) counts.set(rows.typeCode[i], (counts.get(rows.typeCode[i]) ?? 0) + 1);
     replaceChildren(typeSelect, h("option", { value: "-1" }, "All types"),
-      ...types.map((t, code) => h("option", { value: String(code), title: t }, `${shortType(t)} (${counts.get(code) ?? 0})`)));
+      ...types.map((t, code) => h("option", { value: String(code), title: t }, `${lastDotted(t)} (${counts.get(code) ?? 0})`)));
     typeSelect.value = typeFilter >= 0 && typeFilter < types.length ? String(typeFilter) : "-1";
     typeFilter = Number(typeSelect.value);
   }
