@@ -20,6 +20,7 @@ MODULES = (
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
+    "vinlens.attribution.flatness",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

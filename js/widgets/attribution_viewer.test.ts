@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { closestLayer, displayRange, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { closestLayer, displayRange, rangeText, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -16,7 +16,9 @@ function record(key: string, values: number[], shape: number[], extra: Partial<A
     camera_key: key, method: "grad_cam", method_label: "Grad-CAM", layer: `encoders.${key}.conv3`,
     capture_mode: "dedicated_layer", target: "t", score: 1.5,
     map: arrayNode("float32", shape, values), layer_shape: [1, 1],
-    min: Math.min(...finite), max: Math.max(...finite), ...extra,
+    min: Math.min(...finite), max: Math.max(...finite),
+    span: Math.max(...finite) - Math.min(...finite), relative_span: 1, largest_camera: key,
+    flat: false, flat_reason: "", ...extra,
   };
 }
 
@@ -167,6 +169,42 @@ describe("AttributionViewerWidget view", () => {
     expect(Array.from(painted.get(canvas)!.data)).toEqual(Array.from(raw));
     expect(rgb.querySelector(".vl-av-stats")!.textContent).toContain("max 2");
     expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("marks a near-flat camera with a badge and a hatch, and gives its raw span next to the largest", () => {
+    const { el, model } = mount();
+    model.kernelSet("attributions", {
+      rgb: record("rgb", [0, 0.5, 1, 0.8], [2, 2]),
+      [HOSTILE]: record(HOSTILE, [1.8e-4, 1.9e-4, 2e-4, 1.85e-4], [2, 2], {
+        span: 2e-5, relative_span: 2.5e-5, largest_camera: "rgb", flat: true,
+        flat_reason: "raw span 2e-05 is 0.0025% of rgb's 0.8",
+      }),
+    });
+    const [rgb, flat] = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
+    expect(flat.classList.contains("vl-av-flat")).toBe(true);
+    expect(flat.querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(false);
+    expect(flat.querySelector<HTMLElement>(".vl-av-flat-badge")!.title).toContain("0.0025% of rgb's");
+    expect(flat.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(false);
+    expect(flat.getAttribute("aria-label")).toContain("near-flat");
+    expect(flat.querySelector(".vl-av-range")!.textContent).toBe("raw span 2.000e-5 = 0.0025% of rgb's");
+    // Normalised per camera: the colourbar's ends are the flat camera's own raw range.
+    expect(flat.querySelector(".vl-av-bar-min")!.textContent).toBe("1.800e-4");
+    expect(flat.querySelector(".vl-av-bar-max")!.textContent).toBe("2.000e-4");
+    expect(rgb.classList.contains("vl-av-flat")).toBe(false);
+    expect(rgb.querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(true);
+    expect(rgb.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(true);
+    expect(rgb.querySelector(".vl-av-range")!.textContent).toBe("raw span 1");
+    // The mark goes when a recompute makes the map structured.
+    model.kernelSet("attributions", { rgb: record("rgb", [0, 1, 0, 1], [2, 2]), [HOSTILE]: record(HOSTILE, [0, 1, 0, 1], [2, 2]) });
+    expect(flat.classList.contains("vl-av-flat")).toBe(false);
+    expect(flat.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(true);
+  });
+
+  it("words the raw span share of the largest camera compactly", () => {
+    const base = record("a", [0, 1], [1, 2]) as unknown as AttributionPayload;
+    expect(rangeText({ ...base, span: 0.3, relative_span: 0.375, largest_camera: "b" })).toBe("raw span 0.3 = 38% of b's");
+    expect(rangeText({ ...base, span: 1e-9, relative_span: 1e-9, largest_camera: "b" })).toBe("raw span 1.000e-9 = <0.001% of b's");
+    expect(rangeText({ ...base, span: 0, relative_span: 0, largest_camera: "a", flat: true })).toBe("raw span 0 (near-flat)");
   });
 
   it("writes display controls to the model", () => {

@@ -44,6 +44,14 @@ export interface AttributionPayload {
   layer_shape: number[];
   min: number;
   max: number;
+  /** max - min (NaN when an end is not finite). */
+  span: number;
+  /** span / the largest span among the cameras shown (attribution.flatness.map_flatness). */
+  relative_span: number;
+  largest_camera: string;
+  /** Near-flat next to the other cameras or under the absolute floor: normalising it would lie. */
+  flat: boolean;
+  flat_reason: string;
 }
 
 export interface AttributionViewerModel {
@@ -97,6 +105,17 @@ export function closestLayer(previous: string, paths: string[]): string | null {
   return best;
 }
 
+/** The raw span of one camera's map next to the largest camera's, for the line under its colourbar. */
+export function rangeText(record: AttributionPayload): string {
+  const span = `raw span ${formatNumber(record.span)}`;
+  if (!Number.isFinite(record.relative_span) || record.largest_camera === record.camera_key || !record.largest_camera) {
+    return record.flat ? `${span} (near-flat)` : span;
+  }
+  const pct = 100 * record.relative_span;
+  const share = pct >= 10 ? pct.toFixed(0) : pct >= 0.001 ? pct.toPrecision(2) : "<0.001";
+  return `${span} = ${share}% of ${record.largest_camera}'s`;
+}
+
 function isColormap(name: string): name is ColormapName {
   return (COLORMAP_NAMES as readonly string[]).includes(name);
 }
@@ -120,6 +139,9 @@ interface Panel {
   title: HTMLElement;
   detail: HTMLElement;
   note: HTMLElement;
+  flatBadge: HTMLElement;
+  hatch: HTMLElement;
+  range: HTMLElement;
   bar: HTMLElement;
   barMin: HTMLElement;
   barMax: HTMLElement;
@@ -266,6 +288,9 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     const title = h("span", { class: "vl-av-camera" }, key);
     const detail = h("span", { class: "vl-muted vl-mono vl-av-detail" });
     const note = h("span", { class: "vl-badge vl-av-note", hidden: true });
+    const flatBadge = h("span", { class: "vl-badge vl-warn vl-av-flat-badge", hidden: true }, "near-flat");
+    const hatch = h("div", { class: "vl-av-hatch", hidden: true, "aria-hidden": "true" });
+    const range = h("div", { class: "vl-mono vl-av-range" });
     const barMin = h("span", { class: "vl-av-bar-min vl-mono" });
     const barMax = h("span", { class: "vl-av-bar-max vl-mono" });
     const bar = h("div", { class: "vl-av-bar", "aria-hidden": "true" });
@@ -276,12 +301,13 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       class: "vl-av-panel", tabindex: 0, "data-camera": key,
       "aria-label": `camera ${key}; Enter to enlarge, Escape for all cameras`,
     },
-    h("figcaption", { class: "vl-av-head" }, title, note, detail, download),
-    h("div", { class: "vl-av-frame" }, canvas),
+    h("figcaption", { class: "vl-av-caption" },
+      h("div", { class: "vl-av-head" }, title, flatBadge, note, download), detail),
+    h("div", { class: "vl-av-frame" }, h("div", { class: "vl-av-canvas-wrap" }, canvas, hatch)),
     h("div", { class: "vl-av-legend" }, barMin, bar, barMax),
-    stats, readout);
+    range, stats, readout);
     const panel: Panel = {
-      key, el: panelEl, canvas, title, detail, note, bar, barMin, barMax, stats, readout,
+      key, el: panelEl, canvas, title, detail, note, flatBadge, hatch, range, bar, barMin, barMax, stats, readout,
       base: null, width: 0, height: 0, pending: false,
     };
     panelEl.addEventListener("keydown", (ev) => onPanelKey(ev, key));
@@ -319,22 +345,40 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       panel.bar.style.background = "";
       panel.barMin.textContent = "";
       panel.barMax.textContent = "";
+      panel.range.textContent = "";
+      markFlat(panel, null);
     } else {
       const { vmin, vmax } = displayRange(m.get("scale"), record, all);
       const rgba = compositeOverlay(panel.base, record.map.data, { colormap: cmap, vmin, vmax, opacity: m.get("opacity") });
       paintCanvas(panel.canvas, rgba, panel.width, panel.height);
-      panel.detail.textContent = `${record.method_label} · ${record.layer} · ${MODE_LABELS[record.capture_mode] ?? record.capture_mode}`;
-      panel.detail.title = `target ${record.target}; score ${formatNumber(record.score)}`;
+      const detail = `${record.method_label} · ${record.layer} · ${MODE_LABELS[record.capture_mode] ?? record.capture_mode}`;
+      panel.detail.textContent = detail;
+      panel.detail.title = `${detail}\ntarget ${record.target}; score ${formatNumber(record.score)}`;
       panel.bar.style.background = gradientCss(cmap, 24);
       panel.barMin.textContent = formatNumber(vmin);
       panel.barMax.textContent = formatNumber(vmax);
+      panel.barMin.title = panel.barMax.title = m.get("scale") === "normalized"
+        ? "colour range: this camera's own raw min and max" : "colour range: shared raw range of all cameras";
       const [lh, lw] = record.layer_shape;
+      panel.range.textContent = rangeText(record);
+      panel.range.title = panel.range.textContent;
       panel.stats.textContent =
         `raw min ${formatNumber(record.min)} · max ${formatNumber(record.max)} · score ${formatNumber(record.score)} · layer map ${lh}×${lw}`;
+      markFlat(panel, record);
     }
     panel.note.hidden = !panel.pending;
     panel.note.textContent = panel.pending ? "computing…" : "";
     panel.el.classList.toggle("vl-av-pending", panel.pending);
+  }
+
+  function markFlat(panel: Panel, record: AttributionPayload | null): void {
+    const flat = record?.flat === true;
+    panel.el.classList.toggle("vl-av-flat", flat);
+    panel.flatBadge.hidden = !flat;
+    panel.hatch.hidden = !flat;
+    panel.flatBadge.title = flat ? `${record!.flat_reason}: the colours of a per-camera normalised map exaggerate it` : "";
+    panel.el.setAttribute("aria-label",
+      `camera ${panel.key}${flat ? " (near-flat map)" : ""}; Enter to enlarge, Escape for all cameras`);
   }
 
   function showValueAt(panel: Panel, ev: MouseEvent): void {

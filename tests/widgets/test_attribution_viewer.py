@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 import traitlets
 from matplotlib.image import imread
 
-from vinlens.attribution import camera_targets_for_layer, explain_cameras
+from vinlens.attribution import camera_targets_for_layer, explain_cameras, map_flatness
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
@@ -92,6 +93,39 @@ def test_maps_cross_as_float32_bytes_at_image_size_and_equal_the_engine(images):
     # .maps hands out copies: editing one cannot change what the widget shows
     w.maps["rgb"][:] = -1
     assert w.maps["rgb"].min() >= 0
+
+
+def test_payload_marks_the_flat_camera_with_the_engines_rule(images):
+    # slam-right gets no evidence blob: its map is the encoder's constant floor, near-flat.
+    planted = {k: v for k, v in EVIDENCE.items() if k != "slam-right"}
+    flat_images = {k: v[0] for k, v in make_camera_images(evidence=planted, seed=3).items()}
+    w = viewer(flat_images)
+    expected = map_flatness({k: (r.raw_min, r.raw_max) for k, r in w.records.items()})
+    assert w.flatness == expected
+    assert [k for k, p in w.attributions.items() if p["flat"]] == ["slam-right"]
+    right = w.attributions["slam-right"]
+    assert right["flat_reason"] == expected["slam-right"].reason and right["flat_reason"]
+    assert right["span"] == pytest.approx(right["max"] - right["min"])
+    assert right["largest_camera"] == expected["slam-right"].largest_camera
+    assert right["relative_span"] < 0.05
+    assert w.attributions["rgb"]["flat"] is False and w.attributions["rgb"]["flat_reason"] == ""
+    # Flatness is judged across the cameras on screen: a recompute of one camera re-judges
+    # every payload (slam-left alone at a flat layer channel would not change rgb's record).
+    reply = w.run_command("explain", {"cameras": ["slam-right"], "method": "ablation_cam"})
+    assert reply["kind"] == "result"
+    assert w.attributions["slam-right"]["flat"] is w.flatness["slam-right"].flat
+
+
+def test_non_finite_ranges_cross_as_explicit_floats(images):
+    w = viewer(images)
+    record = dataclasses.replace(w.records["rgb"], raw_max=float("nan"))
+    from vinlens.widgets.attribution_viewer import _record_payload
+
+    payload = _record_payload(
+        record, map_flatness({"rgb": (record.raw_min, record.raw_max)})["rgb"]
+    )
+    assert payload["max"] == {"$float": "NaN"} and payload["span"] == {"$float": "NaN"}
+    assert payload["flat"] is False
 
 
 @pytest.mark.parametrize("mode", list(LAYERS))

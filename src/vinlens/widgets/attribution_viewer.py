@@ -32,10 +32,12 @@ from vinlens.attribution import (
     ATTRIBUTION_METHODS,
     CameraAttribution,
     CameraExplanationTarget,
+    MapFlatness,
     VisionCaptureMode,
     camera_targets_for_layer,
     check_camera_targets,
     explain_cameras,
+    map_flatness,
 )
 from vinlens.attribution.targets import CAMERA_PLACEHOLDER
 from vinlens.model_inspection import inspect_model
@@ -46,7 +48,7 @@ from vinlens.widgets._base import (
     command,
     widget_asset,
 )
-from vinlens.widgets._payload import encode_array
+from vinlens.widgets._payload import encode_array, to_jsonable
 
 __all__ = ["AttributionViewerWidget"]
 
@@ -238,6 +240,11 @@ class AttributionViewerWidget(VinlensWidget):
         return {key: _image_map(record).copy() for key, record in self._records.items()}
 
     @property
+    def flatness(self) -> dict[str, MapFlatness]:
+        """Camera key -> how flat its raw map is next to the other cameras' (the mark on screen)."""
+        return _flatness(self._records)
+
+    @property
     def layer_maps(self) -> dict[str, np.ndarray]:
         """Camera key -> raw map at the target layer's resolution, float32 [h, w]."""
         return {key: _layer_map(record).copy() for key, record in self._records.items()}
@@ -371,8 +378,9 @@ class AttributionViewerWidget(VinlensWidget):
             self.capture_mode = mode
             self.layer = layer or ""
             self.target_class = target_class
+            flatness = _flatness(self._records)
             self.attributions = {
-                key: _record_payload(record) for key, record in self._records.items()
+                key: _record_payload(record, flatness[key]) for key, record in self._records.items()
             }
         return {"cameras": list(records)}
 
@@ -492,24 +500,38 @@ def _image_map(record: CameraAttribution) -> np.ndarray:
     return np.asarray(record.upsampled_map, dtype=np.float32)
 
 
-def _record_payload(record: CameraAttribution) -> dict[str, Any]:
+def _flatness(records: Mapping[str, CameraAttribution]) -> dict[str, MapFlatness]:
+    # Judged across every camera on screen, so a recompute of some cameras re-judges all.
+    return map_flatness({key: (r.raw_min, r.raw_max) for key, r in records.items()})
+
+
+def _record_payload(record: CameraAttribution, flatness: MapFlatness) -> dict[str, Any]:
     """What the browser needs of one record: the image-sized raw map plus its labels."""
     values = _image_map(record)
     layer_shape = list(record.layer_shape)
     target = record.target
-    return {
-        "camera_key": record.camera_key,
-        "method": record.method,
-        "method_label": METHOD_LABELS.get(record.method, record.method),
-        "layer": target.target.module_path,
-        "capture_mode": target.capture_mode,
-        "target": _describe_target(target),
-        "score": float(record.score),
-        "map": encode_array(values),
-        "layer_shape": layer_shape,
-        "min": record.raw_min,
-        "max": record.raw_max,
-    }
+    # Through to_jsonable so a NaN or infinite score or range arrives as an explicit value.
+    payload: dict[str, Any] = to_jsonable(
+        {
+            "camera_key": record.camera_key,
+            "method": record.method,
+            "method_label": METHOD_LABELS.get(record.method, record.method),
+            "layer": target.target.module_path,
+            "capture_mode": target.capture_mode,
+            "target": _describe_target(target),
+            "score": float(record.score),
+            "map": values,
+            "layer_shape": layer_shape,
+            "min": record.raw_min,
+            "max": record.raw_max,
+            "span": flatness.span,
+            "relative_span": flatness.relative_span,
+            "largest_camera": flatness.largest_camera,
+            "flat": flatness.flat,
+            "flat_reason": flatness.reason,
+        }
+    )
+    return payload
 
 
 def _describe_target(target: CameraExplanationTarget) -> str:
