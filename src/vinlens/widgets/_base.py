@@ -59,7 +59,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,6 +228,20 @@ def widget_asset(name: str) -> Path:
     return path
 
 
+def reject_unknown_kwargs(
+    widget_type: type[anywidget.AnyWidget], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise TypeError for keywords that are not traits of ``widget_type``.
+
+    traitlets only warns about unknown keywords; a typo should fail where it is made.
+    """
+    unknown = sorted(set(kwargs) - set(widget_type.class_trait_names()))
+    if unknown:
+        raise TypeError(
+            f"{widget_type.__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
+        )
+
+
 class VinlensWidget(anywidget.AnyWidget):
     """Base of every vinlens widget: status/error traitlets, the protocol and the runtime."""
 
@@ -248,6 +262,7 @@ class VinlensWidget(anywidget.AnyWidget):
         cls._commands = commands
 
     def __init__(self, **kwargs: Any) -> None:
+        reject_unknown_kwargs(type(self), kwargs)
         # The runtime's state exists before traitlets run validators or observers.
         self._tasks: dict[str, CommandTask] = {}
         self._tasks_lock = threading.Lock()
@@ -500,3 +515,52 @@ class VinlensWidget(anywidget.AnyWidget):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"command {name!r} did not answer within {timeout}s")
             time.sleep(0.01)
+
+
+class BrowserSafeState(VinlensWidget):
+    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
+
+    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
+    would raise there. Here it becomes the widget's error message and the old value stays.
+    """
+
+    def set_state(self, sync_data: Any) -> None:
+        try:
+            super().set_state(sync_data)
+        except Exception as exc:
+            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
+            self._report_error("", f"ignored a browser update of {names}: {exc}")
+
+    def _from_browser(self, name: str) -> bool:
+        """True while ipywidgets applies a browser update of traitlet ``name``."""
+        return name in (getattr(self, "_property_lock", None) or {})
+
+
+class TableExport:
+    """``to_rows`` / ``to_dataframe`` / ``export`` of the one table a widget shows.
+
+    A widget lists its table's records in :meth:`_export_records` (engine records, e.g.
+    the ``ModuleMetadata`` of every module); the three methods hand them to
+    :mod:`vinlens.export`, so every widget exports the same way as a script does.
+    """
+
+    def _export_records(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per row of the table shown (the engine record's fields)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self._export_records())
+
+    def to_dataframe(self) -> Any:
+        """The table shown as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self._export_records())
+
+    def export(self, path: str | Path) -> Path:
+        """Write the table shown to ``path`` as CSV, JSON or Parquet, chosen by the suffix."""
+        from vinlens.export import export
+
+        return export(self._export_records(), path)

@@ -12,26 +12,14 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from vinlens.store.format import VinOfflineStoreError
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 
-__all__ = ["AcquisitionState", "reject_unknown_kwargs", "static_png_html"]
-
-
-def reject_unknown_kwargs(widget_type: type[VinlensWidget], kwargs: Mapping[str, Any]) -> None:
-    """Raise TypeError for keywords that are not traits of ``widget_type``.
-
-    traitlets only warns about unknown keywords; a typo should fail where it is made.
-    """
-    unknown = sorted(set(kwargs) - set(widget_type.class_trait_names()))
-    if unknown:
-        raise TypeError(
-            f"{widget_type.__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-        )
+__all__ = ["AcquisitionState", "static_png_html"]
 
 
 def acquisition_state(

@@ -46,14 +46,16 @@ from vinlens.store.reader import (
 )
 from vinlens.store.tarscan import TarScanError, list_tar_member_names
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
+    TableExport,
     command,
+    reject_unknown_kwargs,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
-from vinlens.widgets._store_common import AcquisitionState, reject_unknown_kwargs, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, static_png_html
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -106,7 +108,7 @@ def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
     }
 
 
-class CoverageHeatmapWidget(VinlensWidget):
+class CoverageHeatmapWidget(BrowserSafeState, TableExport):
     """Per-scene raw-dataset coverage of a store as a heatmap, with per-scene snippet lists.
 
     ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path;
@@ -185,24 +187,6 @@ class CoverageHeatmapWidget(VinlensWidget):
         """Scan the raw tars again in the background (e.g. after the store was rebuilt)."""
         self.start_command("rescan", trigger="rescan()", id_prefix="scan")
 
-    def to_rows(self) -> list[dict[str, Any]]:
-        """The per-scene table, one dict per scene (the engine's per-scene records)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self._require_record().per_scene)
-
-    def to_dataframe(self) -> Any:
-        """The per-scene table as a pandas DataFrame (``vinlens[export]`` extra)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self._require_record().per_scene)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the per-scene table to ``path`` (.csv, .json or .parquet by suffix)."""
-        from vinlens.export import export
-
-        return export(self._require_record().per_scene, path)
-
     def scene_snippets(self, scene_id: str) -> dict[str, Any]:
         """Missing and outside snippet ids of one scene (see the module docstring)."""
         return self._scene_snippets(scene_id, None)
@@ -239,6 +223,9 @@ class CoverageHeatmapWidget(VinlensWidget):
         return {"filename": f"{name}-coverage.csv", "text": text}
 
     # -- scanning ----------------------------------------------------------------------
+    def _export_records(self) -> list[VinOfflineCoverageSceneDiagnostic]:
+        return list(self._require_record().per_scene)
+
     def _require_record(self) -> VinOfflineCoverageStats:
         if self._record is None:
             raise CommandError(

@@ -49,14 +49,15 @@ from vinlens.store.format import (
 )
 from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
     command,
+    reject_unknown_kwargs,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
-from vinlens.widgets._store_common import AcquisitionState, reject_unknown_kwargs, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, static_png_html
 
 __all__ = [
     "StoreDashboardWidget",
@@ -301,7 +302,7 @@ def _check_max_samples(value: Any) -> int | None:
     return int(value)
 
 
-class StoreDashboardWidget(VinlensWidget):
+class StoreDashboardWidget(BrowserSafeState):
     """Store-level diagnostics of one VIN offline store, acquired in the background.
 
     ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path.
