@@ -346,13 +346,13 @@ def test_a_second_explain_while_one_runs_is_refused(images):
     first = threading.Thread(target=lambda: replies.append(w.run_command("explain", {})))
     first.start()
     for _ in range(500):
-        if w._explain_lock.locked():
+        if w.current_task is not None:
             break
         threading.Event().wait(0.01)
     second = w.run_command("explain", {"method": "grad_cam_plus_plus"})
     gate.set()
     first.join(30)
-    assert second["kind"] == "error" and "already running" in second["message"]
+    assert second["kind"] == "error" and "already running for this viewer" in second["message"]
     assert replies[0]["kind"] == "result"
     assert {r.method for r in w.records.values()} == {"grad_cam"}
     assert hook_count(w._model) == 0

@@ -18,7 +18,6 @@ layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` an
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from vinlens.attribution import (
     explain_cameras,
     map_flatness,
 )
+from vinlens.attribution.explain import ImageLike
 from vinlens.attribution.targets import CAMERA_PLACEHOLDER
 from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
@@ -63,7 +63,8 @@ COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
 
-ImageLike = torch.Tensor | np.ndarray
+_BUSY = "an explanation is already running for this viewer; wait for it or cancel it."
+
 Score = Callable[[Any], torch.Tensor]
 Forward = Callable[[dict[str, torch.Tensor]], Any]
 
@@ -151,8 +152,6 @@ class AttributionViewerWidget(VinlensWidget):
             except CommandError as exc:
                 raise ValueError(str(exc)) from None
         self._model = model
-        # One explanation at a time: two runs would hook the same modules concurrently.
-        self._explain_lock = threading.Lock()
         self._inputs = _model_inputs(images)
         keys = list(self._inputs)
         self._score = score
@@ -318,18 +317,9 @@ class AttributionViewerWidget(VinlensWidget):
         return written
 
     # -- commands ------------------------------------------------------------------------
-    @command("explain", background=True)
+    # Exclusive: two runs at once would hook the same modules concurrently.
+    @command("explain", background=True, exclusive=True, busy=_BUSY)
     def _explain(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if not self._explain_lock.acquire(blocking=False):
-            raise CommandError(
-                "an explanation is already running for this viewer; wait for it or cancel it."
-            )
-        try:
-            return self._explain_locked(args, ctx)
-        finally:
-            self._explain_lock.release()
-
-    def _explain_locked(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         method = _check_arg_choice("method", args.get("method", self.method), tuple(METHOD_LABELS))
         mode = _check_arg_choice(
             "capture_mode", args.get("capture_mode", self.capture_mode), CAPTURE_MODES
