@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { closestLayer, displayRange, rangeText, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { displayRange, modesFor, rangeText, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -38,11 +38,12 @@ function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerMod
       { value: "ablation_cam", label: "Ablation-CAM" },
     ],
     capture_modes: ["dedicated_layer", "per_camera_call", "stacked_camera_batch"],
-    layer_choices: {
-      dedicated_layer: [{ path: "encoders.{camera}.conv3", type: "Conv2d" }],
-      per_camera_call: [{ path: "encoder.conv3", type: "Conv2d" }, { path: "head", type: "Linear" }],
-      stacked_camera_batch: [{ path: "encoder.conv3", type: "Conv2d" }],
-    },
+    layers: [
+      { path: "encoders.{camera}.conv3", type: "Conv2d", modes: ["dedicated_layer"] },
+      { path: "encoder.conv3", type: "Conv2d", modes: ["per_camera_call", "stacked_camera_batch"] },
+      { path: "head", type: "Linear", modes: ["per_camera_call"] },
+      { path: "pool", type: "AvgPool2d", modes: [] },
+    ],
     explicit_targets: false,
     method: "grad_cam",
     layer: "encoders.{camera}.conv3",
@@ -127,11 +128,16 @@ describe("overlay compositing", () => {
   });
 });
 
-describe("layer matching across capture modes", () => {
-  it("keeps the layer with the longest common dotted suffix", () => {
-    expect(closestLayer("encoders.{camera}.conv3", ["encoder", "encoder.conv2", "encoder.conv3"])).toBe("encoder.conv3");
-    expect(closestLayer("encoder.conv3", ["encoders.{camera}.conv1", "encoders.{camera}.conv3"])).toBe("encoders.{camera}.conv3");
-    expect(closestLayer("x.y", ["a", "b"])).toBeNull();
+describe("capture modes offered for a layer", () => {
+  const layers = state().layers;
+  const applied = { layer: "encoders.{camera}.conv3", mode: "dedicated_layer", explicit: false };
+  it("offers the engine's modes for a listed layer, the applied mode otherwise, none for no layer", () => {
+    expect(modesFor("encoder.conv3", layers, applied)).toEqual(["per_camera_call", "stacked_camera_batch"]);
+    expect(modesFor("encoders.{camera}.conv3", layers, applied)).toEqual(["dedicated_layer"]);
+    expect(modesFor("from.python", layers, { ...applied, layer: "from.python" })).toEqual(["dedicated_layer"]);
+    expect(modesFor("", layers, { ...applied, explicit: true })).toEqual(["dedicated_layer"]);
+    expect(modesFor("", layers, applied)).toEqual([]);
+    expect(modesFor("elsewhere", layers, applied)).toEqual([]);
   });
 });
 
@@ -240,21 +246,29 @@ describe("AttributionViewerWidget view", () => {
     expect(panels.every((p) => !p.hidden)).toBe(true);
   });
 
-  it("lists layers for the chosen capture mode", () => {
-    const { q } = mount();
+  it("offers only the capture modes the chosen layer satisfies, and never changes the layer", () => {
+    const { q, model } = mount();
     const layer = q<HTMLSelectElement>(".vl-av-layer");
-    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoders.{camera}.conv3"]);
-    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
-    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoder.conv3", "head"]);
+    const mode = q<HTMLSelectElement>(".vl-av-mode");
+    const values = (s: HTMLSelectElement) => Array.from(s.options).map((o) => o.value);
+    // A layer no mode can satisfy is not offered at all.
+    expect(values(layer)).toEqual(["encoders.{camera}.conv3", "encoder.conv3", "head"]);
+    expect(layer.options[2].textContent).toBe("head  (Linear)");
+    expect(values(mode)).toEqual(["dedicated_layer"]);
+    expect(mode.disabled).toBe(true);
+    select(layer, "encoder.conv3");
+    expect(values(mode)).toEqual(["per_camera_call", "stacked_camera_batch"]);
+    expect(mode.value).toBe("per_camera_call");
+    expect(mode.disabled).toBe(false);
+    expect(mode.title).toContain("per-camera call, stacked batch");
+    select(mode, "stacked_camera_batch");
     expect(layer.value).toBe("encoder.conv3");
-    expect(layer.options[1].textContent).toBe("head  (Linear)");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "dedicated_layer");
-    expect(layer.value).toBe("encoders.{camera}.conv3");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
     select(layer, "head");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
-    expect(layer.value).toBe("");
-    expect(layer.options[0].textContent).toBe("(choose a layer)");
+    expect(values(mode)).toEqual(["per_camera_call"]);
+    select(layer, "encoder.conv3");
+    expect(mode.value).toBe("stacked_camera_batch"); // the user's mode choice is kept where it applies
+    q<HTMLButtonElement>(".vl-av-recompute").click();
+    expect(model.sent.at(-1)!.content.args).toMatchObject({ layer: "encoder.conv3", capture_mode: "stacked_camera_batch" });
   });
 
   it("offers the Python targets when the viewer was given explicit targets", () => {
@@ -269,6 +283,7 @@ describe("recompute", () => {
   it("sends the drafted method, layer, mode and class and tracks progress per camera", async () => {
     const { q, model, el } = mount();
     select(q<HTMLSelectElement>(".vl-av-method"), "ablation_cam");
+    select(q<HTMLSelectElement>(".vl-av-layer"), "encoder.conv3");
     select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
     const cls = q<HTMLInputElement>(".vl-av-class");
     cls.value = "2";

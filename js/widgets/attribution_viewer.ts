@@ -22,6 +22,8 @@ export type View = "grid" | "single";
 export interface LayerChoice {
   path: string;
   type: string;
+  /** The capture modes this layer can be read in for every camera (the engine decides). */
+  modes: string[];
 }
 
 export interface MethodChoice {
@@ -60,7 +62,7 @@ export interface AttributionViewerModel {
   attributions: Record<string, unknown>;
   methods: MethodChoice[];
   capture_modes: string[];
-  layer_choices: Record<string, LayerChoice[]>;
+  layers: LayerChoice[];
   explicit_targets: boolean;
   method: string;
   layer: string;
@@ -89,20 +91,18 @@ const MODE_LABELS: Record<string, string> = {
 export const EXPLICIT_LAYER = "";
 
 /**
- * The layer in `paths` that best matches `previous` when the capture mode changes: the one
- * sharing the longest dotted suffix ("encoders.{camera}.conv3" -> "encoder.conv3").
+ * The capture modes to offer for a layer choice: the engine's modes for a listed layer; the
+ * applied mode for the Python targets or a layer set from Python that is not listed; none
+ * when no layer is chosen. Only these reach the menu, so a mode the layer cannot satisfy
+ * is never offered (and choosing a mode never changes the layer behind the user's back).
  */
-export function closestLayer(previous: string, paths: string[]): string | null {
-  const prev = previous.split(".").reverse();
-  let best: string | null = null;
-  let bestScore = 0;
-  for (const path of paths) {
-    const parts = path.split(".").reverse();
-    let n = 0;
-    while (n < parts.length && n < prev.length && parts[n] === prev[n]) n++;
-    if (n > bestScore) { best = path; bestScore = n; }
-  }
-  return best;
+export function modesFor(
+  layer: string, layers: LayerChoice[], applied: { layer: string; mode: string; explicit: boolean },
+): string[] {
+  const choice = layers.find((c) => c.path === layer);
+  if (choice) return choice.modes;
+  if (layer === EXPLICIT_LAYER ? applied.explicit : layer === applied.layer) return [applied.mode];
+  return [];
 }
 
 /** The raw span of one camera's map next to the largest camera's, for the line under its colourbar. */
@@ -224,22 +224,36 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     replaceChildren(methodSelect, ...m.get("methods").map((c) => option(c.value, c.label, c.value === current)));
   }
 
+  function usableLayers(): LayerChoice[] {
+    return (m.get("layers") ?? []).filter((c) => c.modes.length > 0);
+  }
+
   function syncModes(): void {
-    const current = modeSelect.value || m.get("capture_mode");
-    replaceChildren(modeSelect, ...m.get("capture_modes").map((mode) => option(mode, MODE_LABELS[mode] ?? mode, mode === current)));
+    const modes = modesFor(layerSelect.value, usableLayers(), {
+      layer: m.get("layer"), mode: m.get("capture_mode"), explicit: m.get("explicit_targets"),
+    });
+    let current = modeSelect.dataset.draft ?? m.get("capture_mode");
+    if (!modes.includes(current)) current = modes[0] ?? "";
+    if (modes.length === 0) {
+      replaceChildren(modeSelect, option("", "(choose a layer first)", true));
+    } else {
+      replaceChildren(modeSelect, ...modes.map((mode) => option(mode, MODE_LABELS[mode] ?? mode, mode === current)));
+    }
+    modeSelect.value = current;
+    modeSelect.disabled = modes.length < 2;
+    modeSelect.title = modes.length === 0 ? ""
+      : `capture modes this layer can be read in: ${modes.map((x) => MODE_LABELS[x] ?? x).join(", ")}`;
   }
 
   function syncLayers(): void {
-    const mode = modeSelect.value || m.get("capture_mode");
-    const choices = m.get("layer_choices")?.[mode] ?? [];
+    const choices = usableLayers();
     const explicit = m.get("explicit_targets");
     const paths = choices.map((c) => c.path);
     let current = layerSelect.dataset.draft ?? m.get("layer");
     // A layer set from Python may be missing from the list (e.g. a per-camera mapping):
-    // keep it while the mode is the one it was computed with.
-    const applied = current !== "" && current === m.get("layer") && mode === m.get("capture_mode");
-    const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || applied;
-    if (!valid) current = closestLayer(current, paths) ?? (explicit ? EXPLICIT_LAYER : "");
+    // it stays offered as what was applied.
+    const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || current === m.get("layer");
+    if (!valid) current = explicit ? EXPLICIT_LAYER : "";
     const opts: HTMLOptionElement[] = [];
     if (explicit) opts.push(option(EXPLICIT_LAYER, "(targets given in Python)", current === EXPLICIT_LAYER));
     else if (current === "") opts.push(option("", "(choose a layer)", true));
@@ -247,6 +261,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     for (const c of choices) opts.push(option(c.path, c.type ? `${c.path}  (${c.type})` : c.path, c.path === current));
     replaceChildren(layerSelect, ...opts);
     layerSelect.value = current;
+    syncModes();
   }
 
   function syncTarget(): void {
@@ -259,7 +274,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   }
 
   function draft(): Record<string, unknown> {
-    const args: Record<string, unknown> = { method: methodSelect.value, capture_mode: modeSelect.value };
+    const args: Record<string, unknown> = { method: methodSelect.value, capture_mode: modeSelect.value || m.get("capture_mode") };
     args.layer = layerSelect.value === EXPLICIT_LAYER ? null : layerSelect.value;
     if (!classInput.hidden) args.target_class = classInput.value === "" ? null : Number(classInput.value);
     return args;
@@ -275,8 +290,8 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   function syncExplainControls(): void {
     methodSelect.value = m.get("method");
-    modeSelect.value = m.get("capture_mode");
     delete layerSelect.dataset.draft;
+    delete modeSelect.dataset.draft;
     syncLayers();
     syncTarget();
     updateDirty();
@@ -550,8 +565,12 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   // -- wiring ------------------------------------------------------------------------------
   methodSelect.addEventListener("change", updateDirty);
-  modeSelect.addEventListener("change", () => { syncLayers(); updateDirty(); });
-  layerSelect.addEventListener("change", () => { layerSelect.dataset.draft = layerSelect.value; updateDirty(); });
+  modeSelect.addEventListener("change", () => { modeSelect.dataset.draft = modeSelect.value; updateDirty(); });
+  layerSelect.addEventListener("change", () => {
+    layerSelect.dataset.draft = layerSelect.value;
+    syncModes();
+    updateDirty();
+  });
   classInput.addEventListener("input", updateDirty);
   classInput.addEventListener("keydown", (ev) => { if (ev.key === "Enter") void runExplain(); });
   recompute.addEventListener("click", () => void runExplain());
@@ -572,8 +591,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   const listeners: [string, () => void][] = [
     ["change:methods", syncMethods],
-    ["change:capture_modes", syncModes],
-    ["change:layer_choices", syncLayers],
+    ["change:layers", syncLayers],
     ["change:explicit_targets", syncLayers],
     ["change:method", syncExplainControls],
     ["change:layer", syncExplainControls],
@@ -592,7 +610,6 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   for (const [event, cb] of listeners) m.on(event, cb);
 
   syncMethods();
-  syncModes();
   syncExplainControls();
   syncPanels();
   syncAttributions();

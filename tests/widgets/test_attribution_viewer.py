@@ -147,6 +147,11 @@ def test_layer_choices_come_from_the_models_module_paths(images):
     assert "<root>" not in paths
     assert [m["value"] for m in w.methods] == ["grad_cam", "grad_cam_plus_plus", "ablation_cam"]
     assert w.capture_modes == ["dedicated_layer", "per_camera_call", "stacked_camera_batch"]
+    # One list of layers, each with the modes it is offered in; layer_choices is its view per mode.
+    options = {c["path"]: c["modes"] for c in w.layers}
+    assert options["encoders.{camera}.conv3"] == ["dedicated_layer"]
+    for mode, choices in w.layer_choices.items():
+        assert [c["path"] for c in choices] == [p for p, m in options.items() if mode in m]
 
 
 def test_explicit_targets_and_layer_mappings(images):

@@ -106,6 +106,7 @@ class AttributionViewerWidget(VinlensWidget):
     attributions = traitlets.Dict().tag(sync=True)
     methods = traitlets.List(traitlets.Dict()).tag(sync=True)
     capture_modes = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    layers = traitlets.List(traitlets.Dict()).tag(sync=True)
     layer_choices = traitlets.Dict().tag(sync=True)
     explicit_targets = traitlets.Bool(False).tag(sync=True)
     method = traitlets.Unicode("grad_cam").tag(sync=True)
@@ -176,6 +177,7 @@ class AttributionViewerWidget(VinlensWidget):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
+        layers = _layer_options(model, keys)
         super().__init__(
             camera_keys=keys,
             images={
@@ -183,7 +185,8 @@ class AttributionViewerWidget(VinlensWidget):
             },
             methods=[{"value": k, "label": v} for k, v in METHOD_LABELS.items()],
             capture_modes=list(CAPTURE_MODES),
-            layer_choices=_layer_choices(model, keys),
+            layers=layers,
+            layer_choices=_choices_by_mode(layers),
             explicit_targets=self._python_targets is not None,
             method=_check_choice("method", method, tuple(METHOD_LABELS)),
             layer=layer if isinstance(layer, str) else "",
@@ -531,6 +534,24 @@ def _describe_target(target: CameraExplanationTarget) -> str:
     if target.stacked_camera_index is not None:
         out += f", slice {target.stacked_camera_index}/{target.stacked_camera_count}"
     return out + ")"
+
+
+def _choices_by_mode(layers: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """The layer options per capture mode (what ``layer_choices`` holds)."""
+    return {
+        mode: [{"path": c["path"], "type": c["type"]} for c in layers if mode in c["modes"]]
+        for mode in CAPTURE_MODES
+    }
+
+
+def _layer_options(model: nn.Module, keys: list[str]) -> list[dict[str, Any]]:
+    """Every layer choice with the capture modes it can be read in, in module order."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for mode, choices in _layer_choices(model, keys).items():
+        for choice in choices:
+            entry = by_path.setdefault(choice["path"], {**choice, "modes": []})
+            entry["modes"].append(mode)
+    return list(by_path.values())
 
 
 def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:
