@@ -110,6 +110,21 @@ describe("snapshot browser", () => {
     expect(el.querySelector(".vl-sb-result-note")!.textContent).toContain("Partial: run() raised RuntimeError: boom");
   });
 
+  it("warns, not reports ok, when no selected module ran", () => {
+    const { el, model } = setup();
+    model.kernelSet("capture_summary", {
+      tensors: 0, max_tensors: 64, sampled_bytes: 0, max_bytes: 100, modules: 0, ok: false, error: null,
+      warning: "run() finished, but none of the selected modules (head) ran while hooked: 0 tensors captured.",
+    });
+    const note = el.querySelector(".vl-sb-result-note")!;
+    expect(note.textContent).toContain("0 modules observed. Warning: run() finished, but none of the selected modules (head) ran");
+    expect(note.classList.contains("vl-sb-warning")).toBe(true);
+    expect(note.getAttribute("role")).toBe("alert");
+    model.kernelSet("capture_summary", { tensors: 2, max_tensors: 64, sampled_bytes: 8, max_bytes: 100, modules: 1, ok: true, error: null, warning: null });
+    expect(note.textContent).toBe("1 module observed");
+    expect(note.classList.contains("vl-sb-warning")).toBe(false);
+  });
+
   it("builds the CSV with the export columns and downloads it", () => {
     const { el } = setup();
     const snaps = new Snapshots(payload());

@@ -18,6 +18,8 @@ export interface SnapshotBrowserModel extends ModuleTableModel {
   capture_summary: {
     tensors?: number; max_tensors?: number | null; sampled_bytes?: number; max_bytes?: number | null;
     modules?: number; ok?: boolean; error?: string | null;
+    /** Set when run() finished but selected modules never ran (e.g. `model` was re-assigned). */
+    warning?: string | null;
   };
   limits: Record<string, number>;
   can_capture: boolean;
@@ -241,10 +243,15 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     bytesMeter.value = bytes;
     tensorsText.textContent = `${formatNumber(tensors)} / ${s.max_tensors == null ? "?" : formatNumber(s.max_tensors)}`;
     bytesText.textContent = `${formatNumber(bytes)} / ${s.max_bytes == null ? "?" : formatNumber(s.max_bytes)}`;
+    const observed = `${formatNumber(s.modules ?? 0)} module${s.modules === 1 ? "" : "s"} observed`;
     if (s.tensors === undefined) resultNote.textContent = "No capture yet.";
-    else if (s.ok === false) resultNote.textContent = `Partial: run() raised ${s.error ?? ""}`;
-    else resultNote.textContent = `${formatNumber(s.modules ?? 0)} module${s.modules === 1 ? "" : "s"} observed`;
-    resultNote.classList.toggle("vl-sb-failed", s.ok === false);
+    else if (s.error) resultNote.textContent = `Partial: run() raised ${s.error}`;
+    else if (s.warning) resultNote.textContent = `${observed}. Warning: ${s.warning}`;
+    else resultNote.textContent = observed;
+    resultNote.classList.toggle("vl-sb-failed", Boolean(s.error));
+    resultNote.classList.toggle("vl-sb-warning", !s.error && Boolean(s.warning));
+    if (s.warning && !s.error) resultNote.setAttribute("role", "alert");
+    else resultNote.removeAttribute("role");
   }
 
   function showDetail(r: number): void {

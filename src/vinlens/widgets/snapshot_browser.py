@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,50 @@ def _limits_dict(limits: Any) -> dict[str, int]:
     return {name: int(getattr(limits, name)) for name in _limit_fields()}
 
 
+def _quota_used_up(capture: Any) -> bool:
+    limits = getattr(capture, "limits", None)
+    if limits is None:
+        return False
+    return bool(
+        len(capture.snapshots) >= limits.max_tensors or capture.sampled_bytes >= limits.max_bytes
+    )
+
+
+def _silent_modules_warning(capture: Any, module_paths: Sequence[str] | None) -> str | None:
+    """Why a capture that raised nothing still shows less than asked for, or None.
+
+    A capture hooks the modules of the model the widget was built with; a ``run`` that
+    drives another object (``model`` re-assigned after re-running a cell) calls none of
+    them, and the capture is empty without any error. Selected modules without a
+    snapshot ran no forward while hooked, unless the quotas ran out first.
+    """
+    seen = {s.module_path for s in capture.snapshots}
+    if not seen:
+        which = (
+            "no module of the model"
+            if not module_paths
+            else f"none of the selected modules ({_path_list(module_paths)})"
+        )
+        return (
+            f"run() finished, but {which} ran while hooked: 0 tensors captured. If `model` "
+            "was re-assigned after this browser was built, run() calls the new object; "
+            "build the browser again with the model that run() uses."
+        )
+    if module_paths and not _quota_used_up(capture):
+        silent = [p for p in module_paths if p not in seen]
+        if silent:
+            return (
+                f"{len(silent)} of {len(module_paths)} selected modules did not run during "
+                f"run(): {_path_list(silent)}"
+            )
+    return None
+
+
+def _path_list(paths: Sequence[str], shown: int = 5) -> str:
+    head = ", ".join(paths[:shown])
+    return head + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
 def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
     """Snapshots as one binary table plus the flat array of all sampled values."""
     n = len(snapshots)
@@ -127,9 +172,15 @@ class SnapshotView(BrowserSafeState):
         except (TypeError, ValueError) as exc:
             raise traitlets.TraitError(f"invalid capture limits: {exc}") from exc
 
-    def _publish(self, capture: Any, error: BaseException | None) -> None:
+    def _publish(
+        self,
+        capture: Any,
+        error: BaseException | None,
+        module_paths: Sequence[str] | None = None,
+    ) -> None:
         snapshots = capture.snapshots
         limits = getattr(capture, "limits", None)
+        warning = _silent_modules_warning(capture, module_paths) if error is None else None
         with self.hold_sync():
             self.capture_summary = {
                 "tensors": len(snapshots),
@@ -137,8 +188,9 @@ class SnapshotView(BrowserSafeState):
                 "sampled_bytes": int(capture.sampled_bytes),
                 "max_bytes": None if limits is None else limits.max_bytes,
                 "modules": len({s.module_path for s in snapshots}),
-                "ok": error is None,
+                "ok": error is None and warning is None,
                 "error": None if error is None else f"{type(error).__name__}: {error}",
+                "warning": warning,
             }
             self.snapshot_table = snapshot_table_payload(snapshots)
 
@@ -257,7 +309,11 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         """
         paths = self._checked_paths(self.selected_paths if module_paths is None else module_paths)
         chosen = parse_limits(self.limits if limits is None else limits)
-        return tuple(self._capture_with(paths, chosen).snapshots)
+        snapshots = tuple(self._capture_with(paths, chosen).snapshots)
+        warning = self.capture_summary.get("warning")
+        if warning:
+            warnings.warn(warning, RuntimeWarning, stacklevel=2)
+        return snapshots
 
     def _checked_paths(self, module_paths: Any) -> list[str] | None:
         if isinstance(module_paths, str) or not isinstance(module_paths, Sequence):
@@ -284,7 +340,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
             capture.close()  # idempotent: the context already removed its hooks
         self._capture = capture
         self.limits = _limits_dict(limits)
-        self._publish(capture, failure)
+        self._publish(capture, failure, module_paths)
         if failure is not None:
             self._report_error("", f"run() raised {type(failure).__name__}: {failure}", failure)
             raise failure
