@@ -52,6 +52,8 @@ const COLUMNS: VTColumn[] = [
   { key: "sample_omission_reason", label: "Not sampled because", minWidth: 140, grow: 1 },
 ];
 
+const FITTED_COLUMNS = ["module_path", "tensor_path", "shape", "dtype", "sample_omission_reason"];
+
 /** The decoded snapshot payload: metadata columns plus all sampled values. */
 export class Snapshots {
   readonly table: Table | null;
@@ -79,18 +81,47 @@ export class Snapshots {
     return this.values.subarray(start, start + this.num(row, "values_count"));
   }
 
-  /** Sampled values as text: booleans as true/false, integers exactly, floats short. */
+  /** Sampled values as text: booleans as true/false, integers exactly, floats at their dtype's precision. */
   sampleText(row: number): string[] {
     const dtype = this.text(row, "dtype");
     const isBool = dtype === "torch.bool";
-    return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v)));
+    const bits = MANTISSA_BITS[dtype];
+    return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v, bits)));
+  }
+
+  /** The longest text of column `name` over the first `limit` rows (for column fitting). */
+  longest(name: string, limit = 2000): string {
+    let out = "";
+    for (let r = 0; r < Math.min(this.length, limit); r++) {
+      const t = this.text(r, name);
+      if (t.length > out.length) out = t;
+    }
+    return out;
   }
 }
 
-function numberText(v: number): string {
+/** Explicit mantissa bits of the floating dtypes whose samples cross widened to float64. */
+const MANTISSA_BITS: Record<string, number> = {
+  "torch.float32": 23, "torch.float16": 10, "torch.bfloat16": 7,
+  "torch.float8_e4m3fn": 3, "torch.float8_e4m3fnuz": 3, "torch.float8_e5m2": 2, "torch.float8_e5m2fnuz": 2,
+};
+
+/**
+ * A sampled value as text. Samples travel as float64, so a float32 0.1 arrives as
+ * 0.10000000149011612; given the source dtype's mantissa bits, print the fewest significant
+ * digits that still identify the value in that dtype (float32: up to 9, float16: up to 5).
+ */
+export function numberText(v: number, mantissaBits?: number): string {
   if (Number.isNaN(v)) return "NaN";
   if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return String(v);
+  if (mantissaBits === undefined || v === 0 || (Number.isInteger(v) && Math.abs(v) < 1e7)) return String(v);
+  const halfUlp = 2 ** (Math.floor(Math.log2(Math.abs(v))) - mantissaBits - 1);
+  const maxDigits = Math.ceil(mantissaBits * Math.log10(2)) + 2;
+  for (let p = 1; p < maxDigits; p++) {
+    const short = Number(v.toPrecision(p));
+    if (Math.abs(short - v) < halfUlp) return String(short);
+  }
+  return String(Number(v.toPrecision(maxDigits)));
 }
 
 const NON_FINITE = new Set(["NaN", "Infinity", "-Infinity"]);
@@ -150,7 +181,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     renderCell(r, key, cell) {
       if (key === "numel" || key === "sampled_bytes" || key === "call_index") cell.textContent = formatNumber(snaps.num(r, key));
       else cell.textContent = snaps.text(r, key);
-      if (key === "module_path" || key === "tensor_path") cell.title = cell.textContent ?? "";
+      cell.title = cell.textContent ?? ""; // the full text when the column is too narrow
     },
     rowSelected: (r) => r === detailRow,
     rowClass: (r) => (snaps.text(r, "sample_omission_reason") ? "vl-sb-omitted" : ""),
@@ -229,6 +260,9 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     detailRow = -1;
     replaceChildren(detail);
     table.setRowCount(snaps.length);
+    // Paths are what people read here: size those columns to their longest entry
+    // (bounded; the user can still drag a header edge).
+    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 520 : 360);
     download.disabled = snaps.length === 0;
     loadSummary();
   }
