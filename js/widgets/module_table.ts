@@ -24,12 +24,13 @@ export interface ModuleTableModel {
   error_traceback: string;
 }
 
-type SortKey = "path" | "type" | "direct_parameters" | "trainable_parameters" | "direct_buffers" | "training";
+type SortKey = "path" | "type" | "direct_parameters" | "subtree_parameters" | "trainable_parameters" | "direct_buffers" | "training";
 
 const COLUMNS: VTColumn[] = [
   { key: "path", label: "Module", minWidth: 220, grow: 4, sortable: true },
   { key: "type", label: "Type", minWidth: 140, grow: 2, sortable: true },
   { key: "direct_parameters", label: "Params", minWidth: 90, align: "right", sortable: true, title: "Parameters registered directly on the module" },
+  { key: "subtree_parameters", label: "Subtree params", minWidth: 120, align: "right", sortable: true, title: "Parameters of the module and every module below it" },
   { key: "trainable_parameters", label: "Trainable", minWidth: 90, align: "right", sortable: true, title: "Direct parameters with requires_grad" },
   { key: "direct_buffers", label: "Buffers", minWidth: 80, align: "right", sortable: true, title: "Elements of buffers registered directly on the module" },
   { key: "training", label: "Mode", minWidth: 60, sortable: true, title: "training flag" },
@@ -43,6 +44,7 @@ export class ModuleRows {
   readonly subtreeEnd: TypedArray;
   readonly typeCode: TypedArray;
   readonly params: TypedArray;
+  readonly subtreeParams: TypedArray;
   readonly trainable: TypedArray;
   readonly buffers: TypedArray;
   readonly training: TypedArray;
@@ -65,6 +67,7 @@ export class ModuleRows {
     this.subtreeEnd = num("subtree_end");
     this.typeCode = num("type");
     this.params = num("direct_parameters");
+    this.subtreeParams = num("subtree_parameters");
     this.trainable = num("trainable_parameters");
     this.buffers = num("direct_buffers");
     this.training = num("training");
@@ -141,7 +144,18 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     "aria-label": "Filter modules by path",
   });
   const typeSelect = h("select", { class: "vl-input vl-mt-type-filter", "aria-label": "Filter modules by type" });
-  const treeToggle = h("button", { class: "vl-button vl-mt-tree-toggle", type: "button", "aria-pressed": "true" }, "Tree");
+  // Two labelled states rather than one button that names the current mode (which reads
+  // as either "this is a tree" or "switch to tree").
+  const treeButton = h("button", {
+    class: "vl-button vl-mt-view-tree", type: "button", "aria-pressed": "true",
+    title: "Show modules nested under their parents",
+  }, "Tree");
+  const flatButton = h("button", {
+    class: "vl-button vl-mt-view-flat", type: "button", "aria-pressed": "false",
+    title: "Show every module as one flat list of full paths",
+  }, "Flat");
+  const viewToggle = h("span", { class: "vl-mt-view", role: "group", "aria-label": "View" },
+    h("span", { class: "vl-muted vl-mt-view-label" }, "View"), treeButton, flatButton);
   const expandAll = h("button", { class: "vl-button vl-mt-expand-all", type: "button" }, "Expand all");
   const collapseAll = h("button", { class: "vl-button vl-mt-collapse-all", type: "button" }, "Collapse all");
   const selectSubtree = h("button", {
@@ -199,7 +213,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   });
 
   const toolbar = h("div", { class: "vl-toolbar vl-mt-toolbar" },
-    title, search, typeSelect, treeToggle, expandAll, collapseAll, selectSubtree, clearSel);
+    title, search, typeSelect, viewToggle, expandAll, collapseAll, selectSubtree, clearSel);
   const el = h("div", { class: "vl-mt" }, toolbar, totals, table.el);
 
   function matches(i: number): boolean {
@@ -249,6 +263,10 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
         break;
       }
       case "direct_parameters": cell.textContent = formatNumber(rows.params[i]); break;
+      case "subtree_parameters":
+        // A leaf's subtree is itself: repeating its own count would only add noise.
+        cell.textContent = rows.hasChildren(i) ? formatNumber(rows.subtreeParams[i]) : "";
+        break;
       case "trainable_parameters": cell.textContent = formatNumber(rows.trainable[i]); break;
       case "direct_buffers": cell.textContent = formatNumber(rows.buffers[i]); break;
       case "training": cell.textContent = rows.training[i] ? "train" : "eval"; break;
@@ -346,6 +364,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       case "path": { const p = R.paths(); key = (i) => p[i]; break; }
       case "type": key = (i) => R.typeName(i); break;
       case "direct_parameters": key = (i) => R.params[i]; break;
+      case "subtree_parameters": key = (i) => R.subtreeParams[i]; break;
       case "trainable_parameters": key = (i) => R.trainable[i]; break;
       case "direct_buffers": key = (i) => R.buffers[i]; break;
       case "training": key = (i) => R.training[i]; break;
@@ -420,9 +439,8 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   }
 
   function updateButtons(): void {
-    treeToggle.setAttribute("aria-pressed", treeMode ? "true" : "false");
-    treeToggle.textContent = treeMode ? "Tree" : "Flat";
-    treeToggle.title = treeMode ? "Showing the module tree; click for a flat list" : "Showing a flat list; click for the module tree";
+    treeButton.setAttribute("aria-pressed", treeMode ? "true" : "false");
+    flatButton.setAttribute("aria-pressed", treeMode ? "false" : "true");
     expandAll.disabled = !treeMode;
     collapseAll.disabled = !treeMode;
     selectSubtree.disabled = table.cursor < 0;
@@ -456,12 +474,15 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
 
   search.addEventListener("input", () => { query = search.value.trim().toLowerCase(); rebuild(); });
   typeSelect.addEventListener("change", () => { typeFilter = Number(typeSelect.value); rebuild(); });
-  treeToggle.addEventListener("click", () => {
-    treeMode = !treeMode;
+  const setTreeMode = (tree: boolean) => {
+    if (tree === treeMode) return;
+    treeMode = tree;
     model.set("tree_view", treeMode);
     model.save_changes();
     rebuild();
-  });
+  };
+  treeButton.addEventListener("click", () => setTreeMode(true));
+  flatButton.addEventListener("click", () => setTreeMode(false));
   expandAll.addEventListener("click", () => { collapsed.fill(0); rebuild(); });
   collapseAll.addEventListener("click", () => {
     if (!rows) return;

@@ -36,6 +36,8 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
     Rows keep ``inspect_model`` order, which is ``named_modules`` pre-order, so a module's
     subtree is the contiguous row range ``[i, subtree_end[i])``; the range is computed
     here from the paths so the browser never has to trust the order.
+    ``subtree_parameters`` sums ``direct_parameters`` over that range (a parameter
+    registered directly on two modules, as tied weights are, counts under both).
     """
     modules = metadata.modules
     n = len(modules)
@@ -58,6 +60,11 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
         open_rows.append(i)
     for i in open_rows:
         subtree_end[i] = n
+    direct = np.fromiter((m.direct_parameters for m in modules), np.int64, n)
+    # A subtree is a contiguous row range, so its total is a difference of prefix sums.
+    prefix = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(direct, out=prefix[1:])
+    subtree_parameters = prefix[subtree_end] - prefix[:n]
     types = sorted({m.module_type for m in modules})
     type_code = {name: code for code, name in enumerate(types)}
     table = encode_table(
@@ -65,7 +72,8 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
             "path": paths,
             "type": np.fromiter((type_code[m.module_type] for m in modules), np.int32, n),
             # int64 counts cross as int32 when they fit, else float64 (see _payload)
-            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.int64, n),
+            "direct_parameters": direct,
+            "subtree_parameters": subtree_parameters,
             "trainable_parameters": np.fromiter(
                 (m.trainable_parameters for m in modules), np.int64, n
             ),
