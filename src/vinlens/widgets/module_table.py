@@ -24,6 +24,7 @@ from torch import nn
 
 from vinlens.widgets._base import VinlensWidget, command, widget_asset
 from vinlens.widgets._payload import encode_table
+from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
 
 __all__ = ["ModuleTableState", "ModuleTableWidget", "module_table_payload"]
 
@@ -131,6 +132,22 @@ class ModuleTableState(BrowserSafeState):
     selected_paths = traitlets.List(traitlets.Any()).tag(sync=True)
     tree_view = traitlets.Bool(True).tag(sync=True)
 
+    selection: ModuleSelection
+    _selection_link: SelectionLink | None = None
+
+    def _use_selection(self, selection: ModuleSelection | None) -> None:
+        """Share ``selection`` (or a new one of this widget's own) with ``selected_paths``.
+
+        Paths of the shared selection that this model does not have are left out of
+        ``selected_paths`` and kept in the selection.
+        """
+        if self._selection_link is not None:
+            self._selection_link.unlink()
+        self.selection = ModuleSelection() if selection is None else selection
+        self._selection_link = link_selection(
+            self.selection, self, "selected_paths", known=lambda p: p in self._path_index
+        )
+
     def _set_metadata(self, metadata: Any, *, send_table: bool = True) -> None:
         self._metadata = metadata
         self._path_index: dict[str, int] = {m.path: i for i, m in enumerate(metadata.modules)}
@@ -192,8 +209,11 @@ def _inspect(model: nn.Module) -> Any:
 class ModuleTableWidget(ModuleTableState):
     """The registered modules of ``model``: tree or flat, sortable, filterable, selectable.
 
-    ``selected_paths`` is synced both ways; other widgets (the snapshot browser) can link
-    to it. ``refresh()`` re-inspects the model, e.g. after ``model.eval()``.
+    ``selected_paths`` is synced both ways with the browser and with ``selection``, a
+    :class:`~vinlens.widgets.ModuleSelection` that other widgets (snapshot browser, health
+    view, attribution viewer) can share, so a module picked in one is picked in all; by
+    default the table has a selection of its own. ``refresh()`` re-inspects the model,
+    e.g. after ``model.eval()``.
     """
 
     _esm = widget_asset("module_table.js")
@@ -205,6 +225,7 @@ class ModuleTableWidget(ModuleTableState):
         *,
         selected_paths: Iterable[str] = (),
         tree_view: bool = True,
+        selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
         metadata = _inspect(model)
@@ -212,6 +233,7 @@ class ModuleTableWidget(ModuleTableState):
         self.model = model
         self._set_metadata(metadata)
         self.selected_paths = list(selected_paths)
+        self._use_selection(selection)
 
     @property
     def metadata(self) -> Any:

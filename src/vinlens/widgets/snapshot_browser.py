@@ -28,6 +28,7 @@ from torch import nn
 
 from vinlens.widgets._base import CommandError, command, widget_asset
 from vinlens.widgets._payload import encode_array, encode_table
+from vinlens.widgets._selection import ModuleSelection
 from vinlens.widgets.module_table import (
     BrowserSafeState,
     ModuleTableState,
@@ -251,8 +252,11 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         run: zero-argument callable doing an ordinary forward pass of ``model``.
         limits: a ``CaptureLimits`` (or a mapping of its fields); None for defaults.
         module_table: a ``ModuleTableWidget`` of the same model whose selection drives the
-            capture (linked both ways); without it the browser embeds its own table.
+            capture (they share ``module_table.selection``); without it the browser embeds
+            its own table.
         module_paths: initially selected module paths.
+        selection: a :class:`~vinlens.widgets.ModuleSelection` shared with other widgets;
+            by default the browser has one of its own (or the linked table's).
 
     An empty selection captures every module (``module_paths=None``), bounded by the
     quotas as always.
@@ -269,6 +273,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         *,
         module_table: ModuleTableWidget | None = None,
         module_paths: Sequence[str] = (),
+        selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
         metadata = _inspect(model)
@@ -293,9 +298,14 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         self._set_metadata(metadata, send_table=module_table is None)
         self.selected_paths = list(module_paths)
         if module_table is not None:
-            if not module_paths:
-                self.selected_paths = list(module_table.selected_paths)
-            self._link = traitlets.link((module_table, "selected_paths"), (self, "selected_paths"))
+            if selection is not None and selection is not module_table.selection:
+                raise ValueError(
+                    "give either module_table or selection, or the table's own selection"
+                )
+            selection = module_table.selection
+            if module_paths:
+                selection.paths = [str(p) for p in self.selected_paths]
+        self._use_selection(selection)
         self.snapshot_table = snapshot_table_payload(())
 
     def capture(
