@@ -1,10 +1,10 @@
-"""The background-job plumbing the two store widgets share (dashboard and coverage heatmap).
+"""What the two store widgets (dashboard and coverage heatmap) share beyond the runtime.
 
-Both widgets read one store on a worker thread as soon as they are constructed, let
-only one read run at a time (the constructor, a Python call and a browser command all
-compete for it), publish where the read is in their ``acquisition`` traitlet, and turn
-store, file and value errors into :class:`~vinlens.widgets._base.CommandError` so the
-browser shows them as user-facing messages. :class:`BackgroundJob` is that protocol in one
+Both read one store as an exclusive background command, started as soon as they are
+constructed (the constructor, a Python call and a browser command all compete for the one
+flight), publish where the read is in their ``acquisition`` traitlet, and turn store,
+file and value errors into :class:`~vinlens.widgets._base.CommandError` so the browser
+shows them as user-facing messages. :class:`AcquisitionState` is that publishing in one
 place; each widget keeps only what it reads and what it publishes.
 """
 
@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import base64
 import html
-import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from vinlens.store.format import VinOfflineStoreError
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 
-__all__ = ["BackgroundJob", "reject_unknown_kwargs", "static_png_html"]
-
-T = TypeVar("T")
+__all__ = ["AcquisitionState", "reject_unknown_kwargs", "static_png_html"]
 
 
 def reject_unknown_kwargs(widget_type: type[VinlensWidget], kwargs: Mapping[str, Any]) -> None:
@@ -63,79 +59,32 @@ def acquisition_state(
     return value
 
 
-class BackgroundJob:
-    """One store read at a time for ``widget``, run in the background or as a command.
+class AcquisitionState:
+    """The ``acquisition`` traitlet of ``widget``: where its one store read is, how it ended.
 
-    ``name`` says what is running in the busy messages ("a coverage scan");
-    ``id_prefix`` starts the request id of background runs (the browser cancels by it);
-    ``failure`` starts the message of an unexpected error; ``with_unit`` keeps the
-    ``unit`` key in the published ``acquisition`` state.
+    The read itself is an exclusive background command of the widget (see
+    :mod:`vinlens.widgets._base`); this class only publishes its steps. ``with_unit``
+    keeps the ``unit`` key in the published state.
     """
 
-    def __init__(
-        self,
-        widget: VinlensWidget,
-        *,
-        name: str,
-        id_prefix: str,
-        failure: str,
-        with_unit: bool = False,
-    ) -> None:
+    def __init__(self, widget: VinlensWidget, *, with_unit: bool = False) -> None:
         self._widget = widget
-        self._name = name
-        self._id_prefix = id_prefix
-        self._failure = failure
         self._with_unit = with_unit
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._done.set()
         #: The error of the last run (None when it succeeded or was cancelled).
         self.error: BaseException | None = None
 
     def wait(self, timeout: float | None, what: str) -> None:
-        """Block until the running job ends; raise its error. ``what`` names the result."""
-        if not self._done.wait(timeout):
+        """Block until the widget's latest read ends; raise its error. ``what`` names it."""
+        task = self._widget.last_task
+        if task is None:
+            return
+        if not task.join(timeout):
             raise TimeoutError(f"{what} not ready after {timeout}s")
-        if self.error is not None:
-            raise self.error
-
-    def start(self, trigger: str, run: Callable[[CommandContext, str], object]) -> None:
-        """Run ``run(ctx, trigger)`` on the widget's executor; errors land in the widget."""
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError(f"{self._name} is already running; wait() for it first")
-        self._done.clear()
-        widget = self._widget
-        ctx = CommandContext(widget, f"{self._id_prefix}-{uuid.uuid4().hex}")
-        widget._running[ctx.request_id] = ctx  # the browser cancels it by this id
-
-        def job() -> None:
-            try:
-                run(ctx, trigger)
-            except CommandCancelled:
-                pass
-            except CommandError as exc:
-                widget._report_error(ctx.request_id, str(exc))
-            except BaseException as exc:  # reported in the widget, never raised in a thread
-                widget._report_error(
-                    ctx.request_id, f"{self._failure}: {type(exc).__name__}: {exc}", exc
-                )
-            finally:
-                widget._running.pop(ctx.request_id, None)
-                self._done.set()
-                self._lock.release()
-
-        widget._background_executor().submit(job)
-
-    def run_command(self, busy_message: str, run: Callable[[], T]) -> T:
-        """Run ``run()`` on the command's thread, refused with ``busy_message`` when busy."""
-        if not self._lock.acquire(blocking=False):
-            raise CommandError(busy_message)
-        try:
-            self._done.clear()
-            return run()
-        finally:
-            self._done.set()
-            self._lock.release()
+        task_error = task.exception
+        if task_error is None or isinstance(task_error, CommandCancelled):
+            return
+        # The original error (a missing file, a replaced store), not its CommandError.
+        raise self.error if self.error is not None else task_error
 
     def running(
         self,

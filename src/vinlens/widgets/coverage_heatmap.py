@@ -53,7 +53,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
-from vinlens.widgets._store_common import BackgroundJob, reject_unknown_kwargs, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, reject_unknown_kwargs, static_png_html
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -159,12 +159,10 @@ class CoverageHeatmapWidget(VinlensWidget):
         self._store_by_scene: dict[str, set[str]] = {}
         self._raw_by_scene: dict[str, set[str]] | None = None
         self._index_lock = threading.Lock()
-        self._job = BackgroundJob(
-            self, name="a coverage scan", id_prefix="scan", failure="coverage failed"
-        )
+        self._acq = AcquisitionState(self)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self._job.start("construction", self._scan)
+        self.start_command("rescan", trigger="construction", id_prefix="scan")
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -178,14 +176,14 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     def wait(self, timeout: float | None = None) -> VinOfflineCoverageStats:
         """Block until the running scan ends; return the record or raise its error."""
-        self._job.wait(timeout, f"coverage of {self._config.store_dir}")
+        self._acq.wait(timeout, f"coverage of {self._config.store_dir}")
         if self._record is None:
             raise RuntimeError(f"no coverage was computed for {self._config.store_dir}")
         return self._record
 
     def rescan(self) -> None:
         """Scan the raw tars again in the background (e.g. after the store was rebuilt)."""
-        self._job.start("rescan()", self._scan)
+        self.start_command("rescan", trigger="rescan()", id_prefix="scan")
 
     def to_rows(self) -> list[dict[str, Any]]:
         """The per-scene table, one dict per scene (the engine's per-scene records)."""
@@ -210,12 +208,14 @@ class CoverageHeatmapWidget(VinlensWidget):
         return self._scene_snippets(scene_id, None)
 
     # -- commands ----------------------------------------------------------------------
-    @command("rescan", background=True)
+    @command(
+        "rescan",
+        background=True,
+        exclusive=True,
+        busy="a coverage scan is already running; wait for it or cancel it",
+    )
     def _rescan_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        record = self._job.run_command(
-            "a coverage scan is already running; wait for it or cancel it",
-            lambda: self._scan(ctx, "refresh"),
-        )
+        record = self._scan(ctx, ctx.trigger)
         return {"scenes": len(record.per_scene)}
 
     @command("scene_snippets", background=True)
@@ -248,13 +248,13 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     def _progress(self, ctx: CommandContext, trigger: str, step: str) -> Callable[[int, int], None]:
         def report(done: int, total: int) -> None:
-            self.acquisition = self._job.running(ctx, trigger, step, done, total)
+            self.acquisition = self._acq.running(ctx, trigger, step, done, total)
             ctx.progress(done, total)  # raises CommandCancelled between two tars
 
         return report
 
     def _scan(self, ctx: CommandContext, trigger: str) -> VinOfflineCoverageStats:
-        with self._job.outcome(ctx, trigger):
+        with self._acq.outcome(ctx, trigger):
             progress = self._progress(ctx, trigger, "scanning raw tar headers")
             progress(0, 0)
             generation = capture_store_generation(self._config)
@@ -286,7 +286,7 @@ class CoverageHeatmapWidget(VinlensWidget):
                 self._store_by_scene = dict(store_by_scene)
                 self._raw_by_scene = None
             self.coverage = coverage_payload(record)
-            self._job.finish(ctx, trigger, "done")
+            self._acq.finish(ctx, trigger, "done")
             self.status = "idle"
             return record
 
