@@ -22,13 +22,12 @@ import numpy as np
 import traitlets
 from torch import nn
 
+from vinlens.model_inspection import ROOT_PATH
 from vinlens.widgets._base import VinlensWidget, command, widget_asset
 from vinlens.widgets._payload import encode_table
 from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
 
 __all__ = ["ModuleTableState", "ModuleTableWidget", "module_table_payload"]
-
-ROOT_PATH = "<root>"
 
 
 def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -55,7 +55,7 @@ def parse_limits(raw: Any) -> Any:
     """A ``CaptureLimits`` from a ``CaptureLimits``, a mapping of its fields, or None.
 
     Missing fields keep their defaults; unknown fields and non-positive or non-integer
-    values are errors naming the field (the engine's own validation).
+    values are errors naming the field (``CaptureLimits.from_mapping``).
     """
     from vinlens.model_inspection import CaptureLimits
 
@@ -63,19 +63,7 @@ def parse_limits(raw: Any) -> Any:
         return CaptureLimits()
     if isinstance(raw, CaptureLimits):
         return raw
-    if not isinstance(raw, Mapping):
-        raise TypeError(
-            f"limits must be a CaptureLimits, a mapping of its fields or None, "
-            f"got {type(raw).__module__}.{type(raw).__qualname__}"
-        )
-    fields = _limit_fields()
-    unknown = [str(k) for k in raw if k not in fields]
-    if unknown:
-        raise ValueError(
-            f"unknown capture limit(s) {', '.join(map(repr, unknown))}; "
-            f"expected some of {', '.join(fields)}"
-        )
-    return CaptureLimits(**{str(k): v for k, v in raw.items()})
+    return CaptureLimits.from_mapping(raw)
 
 
 def _limits_dict(limits: Any) -> dict[str, int]:
@@ -359,7 +347,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         self.status = "idle"
         return capture
 
-    @command("capture")
+    @command("capture", exclusive=True, busy="a capture is already running")
     def _capture_command(self, args: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
         try:
             paths = self._checked_paths(args.get("module_paths", self.selected_paths))
