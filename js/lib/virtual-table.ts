@@ -45,6 +45,11 @@ export interface VTOptions {
 
 let tableCounter = 0;
 
+/** Set `el`'s text only when it differs: an unchanged cell then costs no layout. */
+export function setText(el: HTMLElement, text: string): void {
+  if (el.textContent !== text) el.textContent = text;
+}
+
 export class VirtualTable {
   readonly el: HTMLElement;
   readonly viewport: HTMLElement;
@@ -57,6 +62,11 @@ export class VirtualTable {
   private resizeCleanup: (() => void) | null = null;
   private readonly pool: HTMLElement[] = [];
   private readonly poolRow: number[] = [];
+  /** Class string last written to each pool row: an unchanged row is not restyled. */
+  private readonly poolClass: string[] = [];
+  /** Viewport height from a ResizeObserver, so scrolling never reads layout for it. */
+  private observedHeight = 0;
+  private readonly resizeObserver: ResizeObserver | null = null;
   private readonly idPrefix: string;
   private rows = 0;
   private cursorRow = -1;
@@ -109,6 +119,15 @@ export class VirtualTable {
     this.el.style.setProperty("--vl-vt-row-height", `${this.rowHeight}px`);
 
     this.viewport.addEventListener("scroll", this.onScroll, { passive: true });
+    if (typeof ResizeObserver !== "undefined") {
+      this.resizeObserver = new ResizeObserver((entries) => {
+        const height = entries[entries.length - 1]?.contentRect.height ?? 0;
+        if (height === this.observedHeight) return;
+        this.observedHeight = height;
+        this.render(false); // taller: more rows to show
+      });
+      this.resizeObserver.observe(this.viewport);
+    }
     this.viewport.addEventListener("click", (ev) => this.handleClick(ev));
     this.viewport.addEventListener("keydown", (ev) => this.handleKey(ev));
   }
@@ -259,11 +278,13 @@ export class VirtualTable {
 
   destroy(): void {
     this.resizeCleanup?.();
+    this.resizeObserver?.disconnect();
     this.viewport.removeEventListener("scroll", this.onScroll);
     this.el.remove();
   }
 
   private viewportHeight(): number {
+    if (this.observedHeight > 0) return this.observedHeight;
     return this.viewport.clientHeight || parseFloat(this.viewport.style.height) || this.height;
   }
 
@@ -273,7 +294,9 @@ export class VirtualTable {
     const visible = Math.ceil(this.viewportHeight() / rh) + 1;
     const first = Math.max(0, Math.floor(top / rh) - this.overscan);
     const last = Math.min(this.rows, first + visible + 2 * this.overscan);
-    const needed = visible + 2 * this.overscan;
+    // An even pool keeps each slot on rows of one parity, so the striping class of a
+    // recycled row never changes while scrolling.
+    const needed = (visible + 2 * this.overscan + 1) & ~1;
     while (this.pool.length < needed) this.addPoolRow();
     if (!force && first === this.first && last === this.last) return;
     this.first = first;
@@ -307,6 +330,7 @@ export class VirtualTable {
     row.style.height = `${this.rowHeight}px`;
     this.pool.push(row);
     this.poolRow.push(-1);
+    this.poolClass.push("");
     this.spacer.append(row);
   }
 
@@ -325,7 +349,10 @@ export class VirtualTable {
     if (row % 2 === 1) cls += " vl-vt-odd";
     const extra = this.opts.rowClass?.(row);
     if (extra) cls += ` ${extra}`;
-    el.className = cls;
+    if (this.poolClass[slot] !== cls) {
+      el.className = cls;
+      this.poolClass[slot] = cls;
+    }
     const cells = el.children;
     for (let c = 0; c < this.opts.columns.length; c++) {
       this.opts.renderCell(row, this.opts.columns[c].key, cells[c] as HTMLElement);

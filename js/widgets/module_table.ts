@@ -9,7 +9,7 @@ import { h, lastDotted, replaceChildren } from "../lib/dom";
 import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
-import { VirtualTable, type SortDir, type VTColumn } from "../lib/virtual-table";
+import { VirtualTable, setText, type SortDir, type VTColumn } from "../lib/virtual-table";
 
 export interface ModuleTableModel {
   modules: any;
@@ -24,7 +24,7 @@ export interface ModuleTableModel {
   error_traceback: string;
 }
 
-type SortKey = "path" | "type" | "direct_parameters" | "subtree_parameters" | "trainable_parameters" | "direct_buffers" | "training";
+type SortKey = string;
 
 const COLUMNS: VTColumn[] = [
   { key: "path", label: "Module", minWidth: 220, grow: 4, sortable: true },
@@ -110,8 +110,19 @@ export class ModuleRows {
   }
 }
 
+/** A column another widget adds to the module table (the health view's statistics). */
+export interface ModuleExtraColumn extends VTColumn {
+  /** Fill the cell of module `i` (a row of the payload, not of the view); set everything. */
+  render(i: number, cell: HTMLElement): void;
+  /** Sort key of module `i`; NaN sorts last. Without it the column does not sort. */
+  sortValue?(i: number): number;
+}
+
 export interface ModuleTableOptions {
   height?: number;
+  extraColumns?: ModuleExtraColumn[];
+  /** Extra class names for the row of module `i` (e.g. a highlighted NaN origin). */
+  rowClass?(i: number): string;
   /** Title shown in the toolbar (the snapshot browser uses its own). */
   title?: string | null;
 }
@@ -138,6 +149,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   let treeMode = Boolean(model.get("tree_view"));
   let children: { start: Int32Array; list: Int32Array } | null = null;
   let filtering = false;
+  const extra = new Map((opts.extraColumns ?? []).map((c) => [c.key, c]));
 
   const search = h("input", {
     class: "vl-input vl-mt-search", type: "search", placeholder: "Filter by path…",
@@ -167,12 +179,15 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   const title = opts.title === null ? null : h("span", { class: "vl-title" }, opts.title ?? "Modules");
 
   const table = new VirtualTable({
-    columns: COLUMNS,
+    columns: [...COLUMNS, ...(opts.extraColumns ?? []).map((c) => ({ ...c, sortable: c.sortable ?? Boolean(c.sortValue) }))],
     height: opts.height ?? 360,
     label: "Model modules",
     renderCell,
     rowSelected: (r) => selected[view[r]] === 1,
-    rowClass: (r) => (filtering && treeMode && !matches(view[r]) ? "vl-mt-context" : ""),
+    rowClass: (r) => {
+      const own = opts.rowClass?.(view[r]) ?? "";
+      return filtering && treeMode && !matches(view[r]) ? `vl-mt-context ${own}`.trim() : own;
+    },
     onRowClick,
     onActivate: (r, ev) => {
       const i = view[r];
@@ -238,38 +253,42 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
           replaceChildren(cell, twisty, name);
         }
         const path = rows.path(i);
-        cell.title = path;
+        // Writes only where the value differs: an unchanged attribute or text costs no
+        // style or layout work in the frame.
+        if (cell.title !== path) cell.title = path;
         const row = cell.parentElement;
         if (treeMode) {
           const open = !(collapsed[i] && !filtering);
           twisty.hidden = false;
-          twisty.textContent = rows.hasChildren(i) ? (open ? "▾" : "▸") : "";
-          cell.style.paddingLeft = `${8 + rows.depth[i] * 14}px`;
-          name.textContent = lastDotted(path);
+          setText(twisty, rows.hasChildren(i) ? (open ? "▾" : "▸") : "");
+          const pad = `${8 + rows.depth[i] * 14}px`;
+          if (cell.style.paddingLeft !== pad) cell.style.paddingLeft = pad;
+          setText(name, lastDotted(path));
           if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", open ? "true" : "false");
           else row?.removeAttribute("aria-expanded");
         } else {
           twisty.hidden = true;
-          cell.style.paddingLeft = "";
-          name.textContent = path;
+          if (cell.style.paddingLeft) cell.style.paddingLeft = "";
+          setText(name, path);
           row?.removeAttribute("aria-expanded");
         }
         break;
       }
       case "type": {
         const t = rows.typeName(i);
-        cell.title = t;
-        cell.textContent = lastDotted(t);
+        if (cell.title !== t) cell.title = t;
+        setText(cell, lastDotted(t));
         break;
       }
-      case "direct_parameters": cell.textContent = formatNumber(rows.params[i]); break;
+      case "direct_parameters": setText(cell, formatNumber(rows.params[i])); break;
       case "subtree_parameters":
         // A leaf's subtree is itself: repeating its own count would only add noise.
-        cell.textContent = rows.hasChildren(i) ? formatNumber(rows.subtreeParams[i]) : "";
+        setText(cell, rows.hasChildren(i) ? formatNumber(rows.subtreeParams[i]) : "");
         break;
-      case "trainable_parameters": cell.textContent = formatNumber(rows.trainable[i]); break;
-      case "direct_buffers": cell.textContent = formatNumber(rows.buffers[i]); break;
-      case "training": cell.textContent = rows.training[i] ? "train" : "eval"; break;
+      case "trainable_parameters": setText(cell, formatNumber(rows.trainable[i])); break;
+      case "direct_buffers": setText(cell, formatNumber(rows.buffers[i])); break;
+      case "training": setText(cell, rows.training[i] ? "train" : "eval"); break;
+      default: extra.get(key)?.render(i, cell);
     }
   }
 
@@ -368,6 +387,20 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       case "trainable_parameters": key = (i) => R.trainable[i]; break;
       case "direct_buffers": key = (i) => R.buffers[i]; break;
       case "training": key = (i) => R.training[i]; break;
+      default: {
+        const col = extra.get(sort.key);
+        if (!col?.sortValue) return null;
+        const value = col.sortValue.bind(col);
+        // NaN (no statistic for the module) sorts last in either direction.
+        return (a, b) => {
+          const va = value(a);
+          const vb = value(b);
+          const na = Number.isNaN(va);
+          const nb = Number.isNaN(vb);
+          if (na || nb) return na && nb ? a - b : na ? 1 : -1;
+          return (va < vb ? -1 : va > vb ? 1 : 0) * sign || a - b;
+        };
+      }
     }
     return (a, b) => {
       const ka = key(a);
