@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import statistics
@@ -191,7 +192,9 @@ def analyze_trace(raw: bytes, top: int = 5) -> list[str]:
         if (e.get("pid"), e.get("tid")) == renderer and e.get("ph") == "X" and "dur" in e
     ]
     names = {e["name"] for e in complete}
-    task_name = "ThreadControllerImpl::RunTask" if "ThreadControllerImpl::RunTask" in names else "RunTask"
+    task_name = (
+        "ThreadControllerImpl::RunTask" if "ThreadControllerImpl::RunTask" in names else "RunTask"
+    )
 
     def cpu_in(e: dict[str, Any], a: float, b: float) -> float:
         overlap = min(e["ts"] + e["dur"], b) - max(e["ts"], a)
@@ -200,7 +203,7 @@ def analyze_trace(raw: bytes, top: int = 5) -> list[str]:
         return float(e.get("tdur", e["dur"])) * overlap / e["dur"]
 
     frames = []
-    for a, b in zip(frame_ts, frame_ts[1:], strict=False):
+    for a, b in itertools.pairwise(frame_ts):
         cpu = sum(cpu_in(e, a, b) for e in complete if e["name"] == task_name)
         kinds: dict[str, float] = {}
         for e in complete:
@@ -217,7 +220,9 @@ def analyze_trace(raw: bytes, top: int = 5) -> list[str]:
     ]
     for wall, cpu, kinds in frames[:top]:
         parts = ", ".join(
-            f"{k} {v / 1000:.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 50
+            f"{k} {v / 1000:.1f}"
+            for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+            if v >= 50
         )
         lines.append(
             f"  frame {wall / 1000:6.1f} ms wall: main thread used {cpu / 1000:.1f} ms CPU "
