@@ -115,3 +115,47 @@ def test_any_bad_quota_is_rejected_naming_the_field(field: str, bad: object) -> 
 def test_any_positive_quotas_are_accepted(values: list[int]) -> None:
     limits = CaptureLimits(*values)
     assert dataclasses.astuple(limits) == tuple(values)
+
+
+def test_capture_limits_from_mapping_keeps_defaults_for_missing_fields() -> None:
+    assert CaptureLimits.from_mapping({}) == CaptureLimits()
+    limits = CaptureLimits.from_mapping({"max_tensors": 200, "max_bytes": 8})
+    assert limits == CaptureLimits(max_tensors=200, max_bytes=8)
+    every = dict(zip(FIELDS, (1, 2, 3, 4, 5), strict=True))
+    assert dataclasses.astuple(CaptureLimits.from_mapping(every)) == (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "error", "expected"),
+    [
+        ({"max_tensors": 0}, ValueError, r"CaptureLimits\.max_tensors must be a positive int"),
+        ({"max_bytes": -5}, ValueError, r"CaptureLimits\.max_bytes must be a positive int"),
+        ({"max_samples_per_tensor": 1.5}, TypeError, r"max_samples_per_tensor .*float 1\.5"),
+        ({"max_tensors": None}, TypeError, r"max_tensors must be a positive int.*None"),
+        ({"max_tensors": True}, TypeError, r"max_tensors must be a positive int.*bool"),
+        ({"max_tensors": "8"}, TypeError, r"max_tensors must be a positive int.*'8'"),
+        ({"bogus": 3, "max_tensors": 2}, ValueError, r"'bogus'.*expected some of max_tensors"),
+        ({1: 3}, ValueError, r"unknown capture limit\(s\) 1"),
+    ],
+)
+def test_capture_limits_from_mapping_refuses_naming_the_field(
+    mapping: dict[object, object], error: type[Exception], expected: str
+) -> None:
+    with pytest.raises(error, match=expected):
+        CaptureLimits.from_mapping(mapping)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [[1, 2], (("max_tensors", 3),), "max_tensors=3", None, 7])
+def test_capture_limits_from_mapping_refuses_non_mappings(bad: object) -> None:
+    with pytest.raises(TypeError, match="must be a mapping of CaptureLimits fields"):
+        CaptureLimits.from_mapping(bad)  # type: ignore[arg-type]
+
+
+def test_root_path_constant_names_the_model_in_every_record() -> None:
+    from vinlens.model_inspection import ROOT_PATH
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    assert inspect_model(model).modules[0].path == ROOT_PATH == "<root>"
+    with capture_model(model, module_paths=[""]) as capture:
+        model(torch.ones(1, 2))
+    assert {s.module_path for s in capture.snapshots} == {ROOT_PATH}

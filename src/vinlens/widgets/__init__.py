@@ -1,5 +1,6 @@
 """Notebook widgets (anywidget) that show the records of the vinlens engines."""
 
+from vinlens.widgets._selection import ModuleSelection as ModuleSelection
 from vinlens.widgets._show import show as show
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget as AttributionViewerWidget
 from vinlens.widgets.config_tree import ConfigTreeWidget as ConfigTreeWidget
