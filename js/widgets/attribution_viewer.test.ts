@@ -47,6 +47,7 @@ function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerMod
     explicit_targets: false,
     method: "grad_cam",
     layer: "encoders.{camera}.conv3",
+    selected_layer: over.layer ?? "encoders.{camera}.conv3",
     capture_mode: "dedicated_layer",
     target_class: 0,
     target_label: "class 0",
@@ -269,6 +270,35 @@ describe("AttributionViewerWidget view", () => {
     expect(mode.value).toBe("stacked_camera_batch"); // the user's mode choice is kept where it applies
     q<HTMLButtonElement>(".vl-av-recompute").click();
     expect(model.sent.at(-1)!.content.args).toMatchObject({ layer: "encoder.conv3", capture_mode: "stacked_camera_batch" });
+  });
+
+  it("shares the chosen layer through the model and follows a layer picked elsewhere", () => {
+    const { q, model } = mount({ attributions: { rgb: record("rgb", [0, 1, 2, 3], [2, 2]) } });
+    const layer = q<HTMLSelectElement>(".vl-av-layer");
+    const saved = model.saved;
+    select(layer, "head");
+    expect(model.get("selected_layer")).toBe("head");
+    expect(model.saved).toBe(saved + 1);
+    expect(q<HTMLElement>(".vl-av-dirty").hidden).toBe(false);
+    // The kernel moves the chooser when a linked module table picks encoder.conv3.
+    model.kernelSet("selected_layer", "encoder.conv3");
+    expect(layer.value).toBe("encoder.conv3");
+    expect(Array.from(q<HTMLSelectElement>(".vl-av-mode").options).map((o) => o.value))
+      .toEqual(["per_camera_call", "stacked_camera_batch"]);
+    // Back to the applied layer: nothing left to apply.
+    model.kernelSet("selected_layer", "encoders.{camera}.conv3");
+    expect(q<HTMLElement>(".vl-av-dirty").hidden).toBe(true);
+  });
+
+  it("cannot recompute before a layer is chosen", () => {
+    const { q, model } = mount({ layer: "" });
+    expect(q<HTMLSelectElement>(".vl-av-layer").options[0].textContent).toBe("(choose a layer)");
+    expect(q<HTMLSelectElement>(".vl-av-mode").options[0].textContent).toBe("(choose a layer first)");
+    const button = q<HTMLButtonElement>(".vl-av-recompute");
+    expect(button.disabled).toBe(true);
+    const sent = model.sent.length;
+    button.click();
+    expect(model.sent.length).toBe(sent);
   });
 
   it("offers the Python targets when the viewer was given explicit targets", () => {

@@ -66,6 +66,8 @@ export interface AttributionViewerModel {
   explicit_targets: boolean;
   method: string;
   layer: string;
+  /** The layer in the chooser, not yet applied; shared with other widgets' module selection. */
+  selected_layer: string;
   capture_mode: string;
   target_class: number | null;
   target_label: string;
@@ -224,6 +226,8 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     replaceChildren(methodSelect, ...m.get("methods").map((c) => option(c.value, c.label, c.value === current)));
   }
 
+  let offeredModes: string[] = [];
+
   function usableLayers(): LayerChoice[] {
     return (m.get("layers") ?? []).filter((c) => c.modes.length > 0);
   }
@@ -241,6 +245,9 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     }
     modeSelect.value = current;
     modeSelect.disabled = modes.length < 2;
+    offeredModes = modes;
+    recompute.disabled = running !== null || modes.length === 0;
+    recompute.title = modes.length === 0 ? "choose a layer first" : "";
     modeSelect.title = modes.length === 0 ? ""
       : `capture modes this layer can be read in: ${modes.map((x) => MODE_LABELS[x] ?? x).join(", ")}`;
   }
@@ -249,7 +256,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     const choices = usableLayers();
     const explicit = m.get("explicit_targets");
     const paths = choices.map((c) => c.path);
-    let current = layerSelect.dataset.draft ?? m.get("layer");
+    let current = m.get("selected_layer") ?? m.get("layer");
     // A layer set from Python may be missing from the list (e.g. a per-camera mapping):
     // it stays offered as what was applied.
     const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || current === m.get("layer");
@@ -290,7 +297,6 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   function syncExplainControls(): void {
     methodSelect.value = m.get("method");
-    delete layerSelect.dataset.draft;
     delete modeSelect.dataset.draft;
     syncLayers();
     syncTarget();
@@ -515,7 +521,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   // -- recompute ---------------------------------------------------------------------------
   function setRunning(on: boolean): void {
-    recompute.disabled = on;
+    recompute.disabled = on || offeredModes.length === 0;
     cancel.hidden = !on;
     if (!on) {
       pendingCameras = new Set();
@@ -524,7 +530,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   }
 
   async function runExplain(): Promise<void> {
-    if (running) return;
+    if (running || offeredModes.length === 0) return;
     const args = draft();
     const keys = m.get("camera_keys") ?? [];
     status.clearError();
@@ -567,7 +573,9 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   methodSelect.addEventListener("change", updateDirty);
   modeSelect.addEventListener("change", () => { modeSelect.dataset.draft = modeSelect.value; updateDirty(); });
   layerSelect.addEventListener("change", () => {
-    layerSelect.dataset.draft = layerSelect.value;
+    // Through the model: the kernel shares the chosen layer with linked widgets' selection.
+    m.set("selected_layer", layerSelect.value);
+    m.save_changes();
     syncModes();
     updateDirty();
   });
@@ -595,6 +603,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     ["change:explicit_targets", syncLayers],
     ["change:method", syncExplainControls],
     ["change:layer", syncExplainControls],
+    ["change:selected_layer", () => { syncLayers(); updateDirty(); }],
     ["change:capture_mode", syncExplainControls],
     ["change:target_class", syncExplainControls],
     ["change:target_label", syncTarget],

@@ -13,6 +13,7 @@ from matplotlib.image import imread
 
 from vinlens.attribution import camera_targets_for_layer, explain_cameras, map_flatness
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets import ModuleSelection, ModuleTableWidget
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
 EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
@@ -168,6 +169,34 @@ def test_explicit_targets_and_layer_mappings(images):
     assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv3"
     assert w.run_command("explain", {"layer": None})["kind"] == "result"
     assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+
+
+def test_layer_chooser_shares_the_module_selection_with_a_module_table(images):
+    model = MultiCameraDemoModel()
+    picked = ModuleSelection()
+    table = ModuleTableWidget(model, selection=picked)
+    w = viewer(images, model=model, selection=picked, compute=False)
+    assert w.selection is picked
+    # The viewer's layer seeds the fresh selection: one module per camera of the template.
+    conv3 = [f"encoders.{k}.conv3" for k in images]
+    assert picked.paths == conv3 and table.selected_paths == conv3
+    # A module picked in the table moves the viewer's chooser (not the applied layer).
+    table.selected_paths = ["encoders.slam-left.conv2"]
+    assert w.selected_layer == "encoders.{camera}.conv2" and w.layer == "encoders.{camera}.conv3"
+    # A pick that is no layer choice here leaves the chooser and the shared selection alone.
+    picked.paths = ["<root>"]
+    assert w.selected_layer == "encoders.{camera}.conv2" and picked.paths == ["<root>"]
+    # Choosing in the viewer (as the browser does) picks the layer's modules everywhere.
+    w.set_state({"selected_layer": "encoders.{camera}.conv1"})
+    assert table.selected_paths == [f"encoders.{k}.conv1" for k in images]
+    # A value that is no layer choice, sent by a browser, is refused without an exception.
+    w.set_state({"selected_layer": "encoders.{camera}.nope"})
+    assert w.selected_layer == "encoders.{camera}.conv1"
+    assert "selected_layer" in w.error and w.status == "error"
+    # Recompute applies the chooser; the applied layer and the chooser agree again.
+    assert w.run_command("explain", {"layer": "encoders.{camera}.conv1"})["kind"] == "result"
+    assert w.layer == w.selected_layer == "encoders.{camera}.conv1"
+    assert picked.paths == [f"encoders.{k}.conv1" for k in images]
 
 
 def test_score_callable_and_numpy_images(images):

@@ -42,13 +42,14 @@ from vinlens.attribution.explain import ImageLike
 from vinlens.attribution.targets import CAMERA_PLACEHOLDER
 from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
     command,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, to_jsonable
+from vinlens.widgets._selection import NO_CHANGE, ModuleSelection, SelectionLink
 
 __all__ = ["AttributionViewerWidget"]
 
@@ -69,7 +70,7 @@ Score = Callable[[Any], torch.Tensor]
 Forward = Callable[[dict[str, torch.Tensor]], Any]
 
 
-class AttributionViewerWidget(VinlensWidget):
+class AttributionViewerWidget(BrowserSafeState):
     """Show what each camera of a multi-camera model looks at, as heatmaps over its image.
 
     Args:
@@ -91,6 +92,11 @@ class AttributionViewerWidget(VinlensWidget):
         colormap, opacity, scale, view: Initial display state.
         forward: How to run the model on the image dict, when not ``model(inputs)``.
         compute: Explain right away (synchronously) so the widget opens with maps.
+        selection: A :class:`~vinlens.widgets.ModuleSelection` shared with a module table,
+            snapshot browser or health view: a module picked there that is a layer choice
+            here (or one camera's module of a ``{camera}`` layer) becomes the layer in the
+            chooser, and a layer chosen here picks its modules there. Without it the viewer
+            has a selection of its own (``.selection``).
 
     Raises:
         ValueError: On images that are not one image per camera, a target that names a
@@ -111,6 +117,7 @@ class AttributionViewerWidget(VinlensWidget):
     explicit_targets = traitlets.Bool(False).tag(sync=True)
     method = traitlets.Unicode("grad_cam").tag(sync=True)
     layer = traitlets.Unicode("").tag(sync=True)
+    selected_layer = traitlets.Unicode("").tag(sync=True)
     capture_mode = traitlets.Unicode(VisionCaptureMode.DEDICATED_LAYER.value).tag(sync=True)
     target_class = traitlets.Int(None, allow_none=True).tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
@@ -137,6 +144,7 @@ class AttributionViewerWidget(VinlensWidget):
         view: str = "grid",
         forward: Forward | None = None,
         compute: bool = True,
+        selection: ModuleSelection | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
@@ -190,6 +198,7 @@ class AttributionViewerWidget(VinlensWidget):
             explicit_targets=self._python_targets is not None,
             method=_check_choice("method", method, tuple(METHOD_LABELS)),
             layer=layer if isinstance(layer, str) else "",
+            selected_layer=layer if isinstance(layer, str) else "",
             capture_mode=mode,
             target_class=target_class,
             target_label=_score_label(score, target_class),
@@ -204,6 +213,14 @@ class AttributionViewerWidget(VinlensWidget):
                 self._targets_for(layer, mode)
             except CommandError as exc:
                 raise ValueError(str(exc)) from None
+        self.selection = ModuleSelection() if selection is None else selection
+        self._selection_link = SelectionLink(
+            self.selection,
+            self,
+            "selected_layer",
+            to_owner=self._layer_for_modules,
+            from_owner=self._modules_for_layer,
+        )
         if compute and (layer is not None or targets is not None):
             reply = self.run_command("explain", {})
             if reply["kind"] == "error":
@@ -222,6 +239,15 @@ class AttributionViewerWidget(VinlensWidget):
     @traitlets.validate("view")
     def _valid_view(self, proposal: Any) -> str:
         return _check_trait("view", proposal["value"], ("grid", "single"))
+
+    @traitlets.validate("selected_layer")
+    def _valid_selected_layer(self, proposal: Any) -> str:
+        value = proposal["value"]
+        if value == "" or value == self.layer or value in {c["path"] for c in self.layers}:
+            return str(value)
+        raise traitlets.TraitError(
+            f"selected_layer={value!r} is not one of this viewer's layer choices."
+        )
 
     @traitlets.validate("opacity")
     def _valid_opacity(self, proposal: Any) -> float:
@@ -370,12 +396,32 @@ class AttributionViewerWidget(VinlensWidget):
             self.method = method
             self.capture_mode = mode
             self.layer = layer or ""
+            self.selected_layer = layer or ""
             self.target_class = target_class
             flatness = _flatness(self._records)
             self.attributions = {
                 key: _record_payload(record, flatness[key]) for key, record in self._records.items()
             }
         return {"cameras": list(records)}
+
+    # -- linked selection ------------------------------------------------------------------
+    def _layer_for_modules(self, paths: list[str]) -> Any:
+        """The layer choice for the latest picked module that is one (else keep the chooser)."""
+        choices = [c["path"] for c in self.layers if c["modes"]]
+        for path in reversed(paths):
+            for choice in choices:
+                if path in self._modules_for_layer(choice):
+                    return choice
+        return NO_CHANGE
+
+    def _modules_for_layer(self, layer: Any) -> list[str]:
+        """The module paths a layer choice reads: one per camera for a ``{camera}`` template."""
+        if not layer:
+            return []
+        layer = str(layer)
+        if CAMERA_PLACEHOLDER in layer:
+            return [layer.replace(CAMERA_PLACEHOLDER, key) for key in self.camera_keys]
+        return [layer]
 
     # -- helpers ---------------------------------------------------------------------------
     def _check_cameras(self, cameras: Any) -> list[str]:
