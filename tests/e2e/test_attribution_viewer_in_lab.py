@@ -178,7 +178,7 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     assert lab.kernel_json("w.status") == "error"
     assert root.locator(".vl-av-stats").first.inner_text().startswith("raw min")
 
-    # A layer path that is not in the model, sent as the browser would send it.
+    # A layer path that is not in the model, chosen as a hostile page script would.
     lab.kernel_json("setattr(model, 'fail', False) or 0")
     root.locator(".vl-error-dismiss").click()
     root.locator(".vl-av-layer").evaluate(
@@ -186,9 +186,14 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
         " o.textContent = 'nope'; el.append(o); el.value = o.value;"
         " el.dispatchEvent(new Event('change')); }"
     )
-    root.locator(".vl-av-recompute").click()
+    # The kernel refuses a layer that is not one of its choices, and with no capture mode
+    # to offer for it there is nothing to recompute.
     error.wait_for(state="visible")
-    assert "'encoders.rgb.nope'" in root.locator(".vl-error-message").inner_text()
+    assert "'encoders.{camera}.nope' is not one of this viewer's layer choices" in (
+        root.locator(".vl-error-message").inner_text()
+    )
+    assert root.locator(".vl-av-recompute").is_disabled()
+    assert lab.kernel_json("w.selected_layer") == "encoders.{camera}.conv3"
     root.locator(".vl-error-dismiss").click()
 
     root.locator(".vl-av-layer").select_option("encoders.{camera}.conv3")
