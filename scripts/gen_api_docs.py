@@ -17,6 +17,7 @@ MODULES = (
     "vinlens",
     "vinlens.model_inspection",
     "vinlens.attribution.targets",
+    "vinlens.attribution.layout",
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
