@@ -18,6 +18,8 @@ MODULES = (
     "vinlens.model_inspection",
     "vinlens.attribution.targets",
     "vinlens.attribution.layout",
+    "vinlens.attribution.images",
+    "vinlens.attribution.registry",
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",

@@ -29,16 +29,17 @@ import traitlets
 from torch import nn
 
 from vinlens.attribution import (
-    ATTRIBUTION_METHODS,
     CameraAttribution,
     CameraExplanationTarget,
+    ImageLike,
     VisionCaptureMode,
+    camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
     explain_cameras,
+    layer_choices,
+    method_labels,
 )
-from vinlens.attribution.targets import CAMERA_PLACEHOLDER
-from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
     CommandContext,
     CommandError,
@@ -50,18 +51,12 @@ from vinlens.widgets._payload import encode_array
 
 __all__ = ["AttributionViewerWidget"]
 
-_LABELS = {
-    "grad_cam": "Grad-CAM",
-    "grad_cam_plus_plus": "Grad-CAM++",
-    "ablation_cam": "Ablation-CAM",
-}
-METHOD_LABELS: dict[str, str] = {name: _LABELS.get(name, name) for name in ATTRIBUTION_METHODS}
+METHOD_LABELS: dict[str, str] = method_labels()
 """The engine's methods in its order, with the names papers use."""
 COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
 
-ImageLike = torch.Tensor | np.ndarray
 Score = Callable[[Any], torch.Tensor]
 Forward = Callable[[dict[str, torch.Tensor]], Any]
 
@@ -420,45 +415,8 @@ class AttributionViewerWidget(VinlensWidget):
 
 # -- image and payload conversion ---------------------------------------------------------
 def _model_inputs(images: Mapping[str, ImageLike]) -> dict[str, torch.Tensor]:
-    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it."""
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError(
-            f"images must be a non-empty mapping camera key -> image, got {type(images).__name__}."
-        )
-    inputs: dict[str, torch.Tensor] = {}
-    for key, image in images.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"camera keys must be non-empty strings, got {key!r}.")
-        if isinstance(image, torch.Tensor):
-            tensor = image.detach()
-            if tensor.ndim == 3:
-                tensor = tensor.unsqueeze(0)
-            if tensor.ndim != 4 or tensor.shape[0] != 1:
-                raise ValueError(
-                    f"camera {key!r}: image tensor must be [C, H, W] or [1, C, H, W], got "
-                    f"{tuple(image.shape)}; pass one sample (e.g. images[{key!r}][0])."
-                )
-            if not tensor.is_floating_point():
-                tensor = tensor.float()
-        elif isinstance(image, np.ndarray):
-            array = image
-            if array.ndim == 2:
-                array = array[:, :, None]
-            if array.ndim != 3:
-                raise ValueError(
-                    f"camera {key!r}: image array must be [H, W] or [H, W, C], got {image.shape}."
-                )
-            tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
-            tensor = tensor.to(torch.float32).unsqueeze(0)
-        else:
-            raise TypeError(
-                f"camera {key!r}: image must be a torch.Tensor or numpy array, got "
-                f"{type(image).__name__}."
-            )
-        if tensor.shape[-1] < 1 or tensor.shape[-2] < 1:
-            raise ValueError(f"camera {key!r}: image is empty, shape {tuple(tensor.shape)}.")
-        inputs[key] = tensor
-    return inputs
+    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it (arrays channels last)."""
+    return camera_image_batches(images, array_layout="HWC", samples=1)
 
 
 def _display_image(key: str, tensor: torch.Tensor) -> np.ndarray:
@@ -522,31 +480,10 @@ def _describe_target(target: CameraExplanationTarget) -> str:
 
 
 def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:
-    """Module paths per capture mode; dedicated mode gets ``{camera}`` templates.
-
-    A dedicated-layer template is offered when a path has a camera key as one of its
-    dotted parts and the same path exists for every camera.
-    """
-    modules = [m for m in inspect_model(model).modules if m.path != "<root>"]
-    types = {m.path: m.module_type.rsplit(".", 1)[-1] for m in modules}
-    shared = [{"path": m.path, "type": types[m.path]} for m in modules]
-    templates: dict[str, str] = {}
-    for module in modules:
-        parts = module.path.split(".")
-        for i, part in enumerate(parts):
-            if part in keys:
-                template = ".".join([*parts[:i], CAMERA_PLACEHOLDER, *parts[i + 1 :]])
-                if template not in templates and all(
-                    template.replace(CAMERA_PLACEHOLDER, k) in types for k in keys
-                ):
-                    templates[template] = types[module.path]
-    dedicated = [{"path": p, "type": t} for p, t in templates.items()]
-    if len(keys) == 1:
-        dedicated = shared
+    """The engine's layer choices per capture mode, as the browser's ``{path, type}`` rows."""
     return {
-        VisionCaptureMode.DEDICATED_LAYER.value: dedicated,
-        VisionCaptureMode.PER_CAMERA_CALL.value: shared,
-        VisionCaptureMode.STACKED_CAMERA_BATCH.value: shared,
+        mode: [{"path": choice.path, "type": choice.module_type} for choice in choices]
+        for mode, choices in layer_choices(model, keys).items()
     }
 
 
