@@ -11,7 +11,13 @@ import torch
 import traitlets
 from matplotlib.image import imread
 
-from vinlens.attribution import camera_targets_for_layer, explain_cameras, map_flatness
+from vinlens.attribution import (
+    camera_targets_for_layer,
+    capture_modes_for_layer,
+    explain_cameras,
+    map_flatness,
+    method_labels,
+)
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 from vinlens.widgets import ModuleSelection, ModuleTableWidget
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
@@ -144,31 +150,50 @@ def test_layer_choices_come_from_the_models_module_paths(images):
     assert "encoders.{camera}.bn2" in dedicated and "head" not in dedicated
     shared = viewer(images, "stacked_camera_batch", compute=False).layer_choices
     paths = [c["path"] for c in shared["stacked_camera_batch"]]
-    assert paths[:3] == ["encoder", "encoder.conv1", "encoder.act1"] and "head" in paths
-    assert "<root>" not in paths
+    assert paths[:3] == ["encoder", "encoder.conv1", "encoder.act1"]
+    assert "head" not in paths and "<root>" not in paths  # head runs once on the whole batch
     assert [m["value"] for m in w.methods] == ["grad_cam", "grad_cam_plus_plus", "ablation_cam"]
+    assert [m["label"] for m in w.methods] == list(method_labels().values())
     assert w.capture_modes == ["dedicated_layer", "per_camera_call", "stacked_camera_batch"]
     # One list of layers, each with the modes it is offered in; layer_choices is its view per mode.
     options = {c["path"]: c["modes"] for c in w.layers}
-    assert options["encoders.{camera}.conv3"] == ["dedicated_layer"]
     for mode, choices in w.layer_choices.items():
         assert [c["path"] for c in choices] == [p for p, m in options.items() if mode in m]
 
 
-def test_explicit_targets_and_layer_mappings(images):
-    model = MultiCameraDemoModel("dedicated_layer")
-    w = AttributionViewerWidget(model, images, target_class=0, targets=model.camera_targets())
-    assert w.explicit_targets and w.layer == "" and w.capture_mode == "dedicated_layer"
-    assert w.records["slam-right"].target.target.module_path == "encoders.slam-right.conv3"
-    mapping = {key: f"encoders.{key}.conv2" for key in images}
-    w = AttributionViewerWidget(model, images, target_class=0, layer=mapping)
-    assert w.explicit_targets and w.layer_maps["rgb"].shape == (48, 48)
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
-    # From the browser: a layer path replaces the Python targets; null goes back to them.
-    assert w.run_command("explain", {"layer": "encoders.{camera}.conv3"})["kind"] == "result"
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv3"
-    assert w.run_command("explain", {"layer": None})["kind"] == "result"
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+@pytest.mark.parametrize("mode", list(LAYERS))
+def test_modes_offered_per_layer_are_the_engines(images, mode):
+    model = MultiCameraDemoModel(mode)
+    w = viewer(images, mode, model=model, compute=False)
+    offered = {c["path"]: c["modes"] for c in w.layers}
+    for path, modes in offered.items():
+        engine = capture_modes_for_layer(model, path, list(images), images=w._inputs)
+        assert modes == list(engine), path
+    assert offered[LAYERS[mode]] == [mode]
+    # The layers the model does not run per camera are offered in no mode (the demo
+    # model's head sees all cameras at once; one camera's own encoder is not shared).
+    assert "head" not in offered
+    assert "encoders.rgb.conv3" not in offered
+
+
+def test_a_mode_the_layer_cannot_satisfy_fails_with_a_clear_message(images):
+    w = viewer(images)  # dedicated encoders: encoders.rgb.conv3 runs once, for rgb only
+    reply = w.run_command(
+        "explain", {"capture_mode": "per_camera_call", "layer": "encoders.rgb.conv3"}
+    )
+    assert reply["kind"] == "error"
+    assert reply["message"] == (
+        "layer 'encoders.rgb.conv3' cannot be read in capture mode 'per_camera_call' on this "
+        "model: it runs neither once per camera, nor once on the stacked cameras, nor as each "
+        "camera's own module; pick another layer."
+    )
+    # The engine's own message, when a script asks it directly, has no doubled quote either.
+    model = MultiCameraDemoModel()
+    targets = camera_targets_for_layer("encoders.rgb.conv3", "per_camera_call", list(images))
+    with pytest.raises(RuntimeError) as raised:
+        explain_cameras(model, images, EVIDENCE_CLASS, targets)
+    assert "''" not in str(raised.value)
+    assert "never produced camera 'slam-left': no activation" in str(raised.value)
 
 
 def test_layer_chooser_shares_the_module_selection_with_a_module_table(images):
@@ -287,8 +312,15 @@ def test_progress_is_reported_per_camera_for_ablation(images, monkeypatch):
         ({"target_class": -1}, "non-negative integer"),
         ({"target_class": "0"}, "non-negative integer"),
         ({"target_class": 9}, "not a class index of an output with 4 classes"),
-        ({"capture_mode": "stacked_camera_batch", "layer": "head"}, "Cannot split stacked"),
-        ({"capture_mode": "per_camera_call", "layer": "head"}, "never produced camera 'slam-left'"),
+        (
+            {"capture_mode": "stacked_camera_batch", "layer": "head"},
+            "layer 'head' cannot be read in capture mode 'stacked_camera_batch' on this model: "
+            "it runs neither once per camera",
+        ),
+        (
+            {"capture_mode": "per_camera_call", "layer": "encoder.conv3"},
+            "layer 'encoder.conv3' (camera 'rgb') is not a module",
+        ),
     ],
 )
 def test_bad_arguments_are_error_replies_and_keep_the_maps(images, args, expected):

@@ -15,27 +15,51 @@ from vinlens.attribution.explain import (
     normalize_map,
 )
 from vinlens.attribution.flatness import MapFlatness, map_flatness
+from vinlens.attribution.images import ImageLike, camera_image_batches
+from vinlens.attribution.layout import LAYER_LAYOUTS, LayerLayoutError
 from vinlens.attribution.methods import ablation_cam, grad_cam, grad_cam_plus_plus
+from vinlens.attribution.registry import METHOD_REGISTRY, AttributionMethod, method_labels
 from vinlens.attribution.targets import (
+    CAMERA_PLACEHOLDER,
     CameraExplanationTarget,
+    LayerCalls,
+    LayerChoice,
     LayerTarget,
     VisionCaptureMode,
+    camera_layer_templates,
     camera_targets_for_layer,
+    capture_modes_for_layer,
+    layer_choices,
+    probe_layer_calls,
 )
 
 __all__ = [
     "ATTRIBUTION_METHODS",
+    "CAMERA_PLACEHOLDER",
+    "LAYER_LAYOUTS",
+    "METHOD_REGISTRY",
+    "AttributionMethod",
     "CameraAttribution",
     "CameraExplanationTarget",
+    "ImageLike",
+    "LayerCalls",
+    "LayerChoice",
+    "LayerLayoutError",
     "LayerTarget",
     "MapFlatness",
     "VisionCaptureMode",
     "ablation_cam",
+    "camera_image_batches",
+    "camera_layer_templates",
     "camera_targets_for_layer",
+    "capture_modes_for_layer",
     "check_camera_targets",
     "explain_cameras",
     "grad_cam",
     "grad_cam_plus_plus",
+    "layer_choices",
     "map_flatness",
+    "method_labels",
     "normalize_map",
+    "probe_layer_calls",
 ]

@@ -19,12 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.methods import (
     ablation_cam_with_scores,
-    grad_cam_from_tensors,
-    grad_cam_plus_plus_from_tensors,
+    cam_from_channel_weights,
     gradient_captures,
 )
+from vinlens.attribution.registry import METHOD_REGISTRY
 from vinlens.attribution.targets import CameraExplanationTarget
 
 __all__ = [
@@ -36,10 +37,9 @@ __all__ = [
     "normalize_map",
 ]
 
-ATTRIBUTION_METHODS: tuple[str, ...] = ("grad_cam", "grad_cam_plus_plus", "ablation_cam")
-"""Method names :func:`explain_cameras` accepts, in the order a viewer lists them."""
-
-ImageLike = torch.Tensor | np.ndarray
+ATTRIBUTION_METHODS: tuple[str, ...] = tuple(METHOD_REGISTRY)
+"""Method names :func:`explain_cameras` accepts, in the order a viewer lists them
+(the keys of :data:`~vinlens.attribution.registry.METHOD_REGISTRY`)."""
 
 
 def check_camera_targets(
@@ -158,36 +158,6 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _batched_images(
-    images: Mapping[str, ImageLike], device: torch.device
-) -> dict[str, torch.Tensor]:
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError("images must be a non-empty mapping camera key -> image tensor/array.")
-    batched: dict[str, torch.Tensor] = {}
-    batch_size: int | None = None
-    for key, image in images.items():
-        if not isinstance(image, torch.Tensor | np.ndarray):
-            raise TypeError(
-                f"Camera {key!r} image must be a torch.Tensor or numpy array, "
-                f"got {type(image).__name__}."
-            )
-        tensor = torch.as_tensor(image)
-        if tensor.ndim == 3:
-            tensor = tensor.unsqueeze(0)
-        if tensor.ndim != 4:
-            raise ValueError(
-                f"Camera {key!r} image has shape {tuple(tensor.shape)}; expected [C, H, W] "
-                "or [B, C, H, W]."
-            )
-        if batch_size is not None and tensor.shape[0] != batch_size:
-            raise ValueError(
-                f"Camera {key!r} has batch size {tensor.shape[0]}, other cameras {batch_size}."
-            )
-        batch_size = tensor.shape[0]
-        batched[key] = tensor.to(device)
-    return batched
-
-
 def _output_score(score: int | OutputScore) -> OutputScore:
     if isinstance(score, bool):
         raise TypeError("score must be a class index (int) or a callable, got a bool.")
@@ -268,7 +238,7 @@ def explain_cameras(
             f"Unknown attribution method {method!r}; expected one of {ATTRIBUTION_METHODS}."
         )
     targets = check_camera_targets(targets, images)
-    batched = _batched_images(images, _model_device(model))
+    batched = camera_image_batches(images, device=_model_device(model))
     output_score = _output_score(score)
     run_forward = forward if forward is not None else model
 
@@ -276,7 +246,8 @@ def explain_cameras(
         return output_score(run_forward(batched))
 
     maps: list[torch.Tensor]
-    if method == "ablation_cam":
+    entry = METHOD_REGISTRY[method]
+    if entry.kind == "ablation":
 
         def replicated_score(repeats: int) -> torch.Tensor:
             tiled = {key: image.repeat(repeats, 1, 1, 1) for key, image in batched.items()}
@@ -290,14 +261,17 @@ def explain_cameras(
                 score_once,
                 replicated_score=replicated_score,
                 channel_batch_size=channel_batch_size,
+                channel_weights=entry.channel_weights,
             )
             maps.append(cam)
             if progress is not None:
                 progress(done, len(targets))
     else:
         captured, scores = gradient_captures(model, targets, score_once)
-        combine = grad_cam_from_tensors if method == "grad_cam" else grad_cam_plus_plus_from_tensors
-        maps = [combine(activation, gradient) for activation, gradient in captured]
+        maps = [
+            cam_from_channel_weights(entry.channel_weights(activation, gradient), activation)
+            for activation, gradient in captured
+        ]
         if progress is not None:
             progress(len(targets), len(targets))
 

@@ -28,19 +28,20 @@ import traitlets
 from torch import nn
 
 from vinlens.attribution import (
-    ATTRIBUTION_METHODS,
+    CAMERA_PLACEHOLDER,
     CameraAttribution,
     CameraExplanationTarget,
+    ImageLike,
     MapFlatness,
     VisionCaptureMode,
+    camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
     explain_cameras,
+    layer_choices,
     map_flatness,
+    method_labels,
 )
-from vinlens.attribution.explain import ImageLike
-from vinlens.attribution.targets import CAMERA_PLACEHOLDER
-from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,
@@ -53,16 +54,16 @@ from vinlens.widgets._selection import NO_CHANGE, ModuleSelection, SelectionLink
 
 __all__ = ["AttributionViewerWidget"]
 
-_LABELS = {
-    "grad_cam": "Grad-CAM",
-    "grad_cam_plus_plus": "Grad-CAM++",
-    "ablation_cam": "Ablation-CAM",
-}
-METHOD_LABELS: dict[str, str] = {name: _LABELS.get(name, name) for name in ATTRIBUTION_METHODS}
+METHOD_LABELS: dict[str, str] = method_labels()
 """The engine's methods in its order, with the names papers use."""
 COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
+_MODE_WORDS = {
+    VisionCaptureMode.DEDICATED_LAYER.value: "'dedicated_layer' (one module per camera)",
+    VisionCaptureMode.PER_CAMERA_CALL.value: "'per_camera_call' (one call per camera)",
+    VisionCaptureMode.STACKED_CAMERA_BATCH.value: "'stacked_camera_batch' (cameras stacked in one call)",
+}
 
 _BUSY = "an explanation is already running for this viewer; wait for it or cancel it."
 
@@ -185,7 +186,7 @@ class AttributionViewerWidget(BrowserSafeState):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
-        layers = _layer_options(model, keys)
+        layers = _layer_options(model, self._inputs, forward)
         super().__init__(
             camera_keys=keys,
             images={
@@ -365,6 +366,8 @@ class AttributionViewerWidget(BrowserSafeState):
             target_class = _check_class(args["target_class"])
         cameras = self._check_cameras(args.get("cameras"))
         targets = self._targets_for(layer or "", mode)
+        if layer:
+            self._check_mode(layer, mode)
         if not layer:  # the targets given in Python carry their own capture mode
             modes = {targets[key].capture_mode for key in cameras}
             mode = modes.pop() if len(modes) == 1 else mode
@@ -403,6 +406,23 @@ class AttributionViewerWidget(BrowserSafeState):
                 key: _record_payload(record, flatness[key]) for key, record in self._records.items()
             }
         return {"cameras": list(records)}
+
+    def _check_mode(self, layer: str, mode: str) -> None:
+        """Refuse a mode the layer cannot be read in, as the engine's probe found at creation."""
+        offered = {c["path"]: c["modes"] for c in self.layers}
+        modes = offered.get(layer, [])
+        if mode in modes:
+            return
+        labels = [_MODE_WORDS.get(m, m) for m in modes]
+        hint = (
+            f"it can be read in {' or '.join(labels)}"
+            if labels
+            else "it runs neither once per camera, nor once on the stacked cameras, nor as "
+            "each camera's own module; pick another layer"
+        )
+        raise CommandError(
+            f"layer {layer!r} cannot be read in capture mode {mode!r} on this model: {hint}."
+        )
 
     # -- linked selection ------------------------------------------------------------------
     def _layer_for_modules(self, paths: list[str]) -> Any:
@@ -467,45 +487,8 @@ class AttributionViewerWidget(BrowserSafeState):
 
 # -- image and payload conversion ---------------------------------------------------------
 def _model_inputs(images: Mapping[str, ImageLike]) -> dict[str, torch.Tensor]:
-    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it."""
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError(
-            f"images must be a non-empty mapping camera key -> image, got {type(images).__name__}."
-        )
-    inputs: dict[str, torch.Tensor] = {}
-    for key, image in images.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"camera keys must be non-empty strings, got {key!r}.")
-        if isinstance(image, torch.Tensor):
-            tensor = image.detach()
-            if tensor.ndim == 3:
-                tensor = tensor.unsqueeze(0)
-            if tensor.ndim != 4 or tensor.shape[0] != 1:
-                raise ValueError(
-                    f"camera {key!r}: image tensor must be [C, H, W] or [1, C, H, W], got "
-                    f"{tuple(image.shape)}; pass one sample (e.g. images[{key!r}][0])."
-                )
-            if not tensor.is_floating_point():
-                tensor = tensor.float()
-        elif isinstance(image, np.ndarray):
-            array = image
-            if array.ndim == 2:
-                array = array[:, :, None]
-            if array.ndim != 3:
-                raise ValueError(
-                    f"camera {key!r}: image array must be [H, W] or [H, W, C], got {image.shape}."
-                )
-            tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
-            tensor = tensor.to(torch.float32).unsqueeze(0)
-        else:
-            raise TypeError(
-                f"camera {key!r}: image must be a torch.Tensor or numpy array, got "
-                f"{type(image).__name__}."
-            )
-        if tensor.shape[-1] < 1 or tensor.shape[-2] < 1:
-            raise ValueError(f"camera {key!r}: image is empty, shape {tuple(tensor.shape)}.")
-        inputs[key] = tensor
-    return inputs
+    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it (arrays channels last)."""
+    return camera_image_batches(images, array_layout="HWC", samples=1)
 
 
 def _display_image(key: str, tensor: torch.Tensor) -> np.ndarray:
@@ -590,43 +573,24 @@ def _choices_by_mode(layers: list[dict[str, Any]]) -> dict[str, list[dict[str, s
     }
 
 
-def _layer_options(model: nn.Module, keys: list[str]) -> list[dict[str, Any]]:
-    """Every layer choice with the capture modes it can be read in, in module order."""
+def _layer_options(
+    model: nn.Module,
+    inputs: Mapping[str, torch.Tensor],
+    forward: Forward | None,
+) -> list[dict[str, Any]]:
+    """Every layer choice with the capture modes it can be read in, in module order.
+
+    The engine runs one probe forward on the viewer's images, so a mode is offered for a
+    layer only when the layer really runs that way (once per camera, stacked, ...).
+    """
     by_path: dict[str, dict[str, Any]] = {}
-    for mode, choices in _layer_choices(model, keys).items():
+    for mode, choices in layer_choices(model, list(inputs), images=inputs, forward=forward).items():
         for choice in choices:
-            entry = by_path.setdefault(choice["path"], {**choice, "modes": []})
+            entry = by_path.setdefault(
+                choice.path, {"path": choice.path, "type": choice.module_type, "modes": []}
+            )
             entry["modes"].append(mode)
     return list(by_path.values())
-
-
-def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:
-    """Module paths per capture mode; dedicated mode gets ``{camera}`` templates.
-
-    A dedicated-layer template is offered when a path has a camera key as one of its
-    dotted parts and the same path exists for every camera.
-    """
-    modules = [m for m in inspect_model(model).modules if m.path != "<root>"]
-    types = {m.path: m.module_type.rsplit(".", 1)[-1] for m in modules}
-    shared = [{"path": m.path, "type": types[m.path]} for m in modules]
-    templates: dict[str, str] = {}
-    for module in modules:
-        parts = module.path.split(".")
-        for i, part in enumerate(parts):
-            if part in keys:
-                template = ".".join([*parts[:i], CAMERA_PLACEHOLDER, *parts[i + 1 :]])
-                if template not in templates and all(
-                    template.replace(CAMERA_PLACEHOLDER, k) in types for k in keys
-                ):
-                    templates[template] = types[module.path]
-    dedicated = [{"path": p, "type": t} for p, t in templates.items()]
-    if len(keys) == 1:
-        dedicated = shared
-    return {
-        VisionCaptureMode.DEDICATED_LAYER.value: dedicated,
-        VisionCaptureMode.PER_CAMERA_CALL.value: shared,
-        VisionCaptureMode.STACKED_CAMERA_BATCH.value: shared,
-    }
 
 
 def _targets_by_camera(
