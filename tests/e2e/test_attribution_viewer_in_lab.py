@@ -309,3 +309,55 @@ def test_near_flat_camera_is_marked_and_cards_align(lab: Any) -> None:
         root.scroll_into_view_if_needed()
         lab.screenshot(f"attribution_viewer-flat-{'dark' if dark else 'light'}", root)
     _set_theme(lab, False)
+
+
+MODE_MENU = """
+wd = AttributionViewerWidget(MultiCameraDemoModel("dedicated_layer"), images,
+                             target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3")
+wd
+"""
+
+# Every layer option with the mode options the menu offers once that layer is chosen.
+OFFERED = """(root) => {
+  const layer = root.querySelector('.vl-av-layer');
+  const mode = root.querySelector('.vl-av-mode');
+  const out = {};
+  for (const o of [...layer.options]) {
+    layer.value = o.value;
+    layer.dispatchEvent(new Event('change'));
+    out[o.value] = [...mode.options].map(m => m.value);
+  }
+  return out;
+}"""
+
+
+def test_mode_menu_offers_only_modes_that_work(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_modes_menu.ipynb", [SETUP, MODE_MENU]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    offered = root.evaluate(OFFERED)
+    # The menu shows exactly the engine's modes for each layer (one probe forward).
+    engine = lab.kernel_json("{c['path']: c['modes'] for c in wd.layers if c['modes']}")
+    assert offered == engine
+    assert offered["encoders.{camera}.conv3"] == ["dedicated_layer"]
+    # One camera's own encoder runs once: no per-camera call to offer, so it is no choice.
+    assert "encoders.rgb.conv3" not in offered and "head" not in offered
+    # Every offered (layer, mode) on the conv layers recomputes without an error.
+    for layer in ("encoders.{camera}.conv2", "encoders.{camera}.conv3"):
+        root.locator(".vl-av-layer").select_option(layer)
+        assert root.locator(".vl-av-mode").is_disabled()  # one mode: nothing to choose
+        root.locator(".vl-av-recompute").click()
+        lab.page.wait_for_function(
+            "(l) => !document.querySelector('.vl-av .vl-av-recompute').disabled"
+            " && document.querySelector('.vl-av .vl-av-dirty').hidden"
+            " && [...document.querySelectorAll('.vl-av .vl-av-detail')]"
+            ".every(d => d.textContent.includes('.' + l.split('.').pop() + ' '))",
+            arg=layer,
+        )
+        assert root.locator(".vl-error").is_hidden()
+        assert lab.kernel_json("[wd.layer, wd.capture_mode, wd.status]") == [
+            layer,
+            "dedicated_layer",
+            "idle",
+        ]
