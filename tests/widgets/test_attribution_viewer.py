@@ -18,8 +18,10 @@ from vinlens.attribution import (
     map_flatness,
     method_labels,
 )
+from vinlens.attribution.aggregate import aggregate_attributions, camera_reliance_over
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 from vinlens.widgets import ModuleSelection, ModuleTableWidget
+from vinlens.widgets._base import CommandCancelled
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
 EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
@@ -505,3 +507,144 @@ def test_export_png_raw_scale_shares_one_range(images, tmp_path):
     top_strong = imread(tmp_path / f"{strongest}.png")[..., :3].mean(axis=-1).max()
     if w.maps[weakest].max() < 0.9 * w.maps[strongest].max():
         assert top_weak < top_strong
+
+
+# -- dataset view ----------------------------------------------------------------------------------
+class CameraDataset(torch.utils.data.Dataset):
+    """Demo samples with their class; even samples carry evidence in every camera, odd in rgb."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        planted = EVIDENCE if i % 2 == 0 else {"rgb": EVIDENCE["rgb"]}
+        images = make_camera_images(evidence=planted, seed=10 + i)
+        return {k: v[0] for k, v in images.items()}, i % 4
+
+
+def loader(n=8, batch_size=4):
+    return torch.utils.data.DataLoader(CameraDataset(n), batch_size=batch_size)
+
+
+def test_dataset_view_payload_is_the_engines_aggregate_and_reliance(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    task = w.explain_dataset(loader(), keep_samples=6, percentiles=(50, 90))
+    assert task.exception is None and w.status == "idle"
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    engine = aggregate_attributions(model, loader(), targets, score=EVIDENCE_CLASS).finish((50, 90))
+    overall = {s.camera_key: s for s in engine if s.class_index is None}
+    summary = camera_reliance_over(model, loader(), EVIDENCE_CLASS)
+    payload = w.dataset
+    assert (payload["samples"], payload["batches"]) == (8, 2)
+    assert payload["kept"] == [f"batch {b} #{i}" for b in (0, 1) for i in range(4)][:6]
+    assert [s["value"] for s in payload["stats"]] == ["mean", "p50", "p90"]
+    for key in images:
+        node = payload["aggregates"]["mean"][key]["map"]["$array"]
+        sent = np.frombuffer(node["data"], dtype="<f4").reshape(node["shape"])
+        np.testing.assert_allclose(sent, overall[key].mean_map, rtol=1e-6)
+        p90 = payload["aggregates"]["p90"][key]["map"]["$array"]
+        np.testing.assert_array_equal(
+            np.frombuffer(p90["data"], dtype="<f4").reshape(p90["shape"]),
+            overall[key].percentile_maps[90.0],
+        )
+    drops = {r.camera_key: r.mean_drop for r in summary.finish()}
+    rows = payload["reliance"]
+    assert [r["camera"] for r in rows] == list(images)  # camera order, as the panels
+    for row in rows:
+        assert row["drop"] == pytest.approx(drops[row["camera"]])
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    # rgb has evidence in every sample, the SLAM cameras in half: rgb matters most.
+    assert max(rows, key=lambda r: r["drop"])["camera"] == "rgb"
+    assert w.reliance[0].camera_key == "rgb" and len(w.map_statistics) == 3
+    assert w.dataset_task["state"] == "done" and w.dataset_task["done"] == 2
+    assert w.dataset_task["total"] == 2
+
+
+def test_dataset_slider_shows_the_chosen_sample_with_its_own_maps(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    w.explain_dataset(loader(), keep_samples=5)
+    # The pass ends showing kept sample 0.
+    first, _ = CameraDataset(8)[0]
+    assert w.sample_index == 0
+    rgb = np.frombuffer(w.images["rgb"]["$array"]["data"], dtype=np.uint8)
+    np.testing.assert_array_equal(
+        rgb, np.rint(first["rgb"].permute(1, 2, 0).numpy() * 255).astype(np.uint8).ravel()
+    )
+    before = w.images
+    records = w.show_sample(3)  # what the slider sends
+    assert w.sample_index == 3 and w.images != before
+    third, _ = CameraDataset(8)[3]
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    direct = explain_cameras(model, {k: v[None] for k, v in third.items()}, EVIDENCE_CLASS, targets)
+    for record in direct:
+        np.testing.assert_array_equal(records[record.camera_key].raw_map, record.raw_map)
+    # slam-left of an odd sample has no evidence: its map is near-flat and marked so.
+    assert w.attributions["slam-left"]["flat"] and not w.attributions["rgb"]["flat"]
+    # Bad sample requests are error replies; the shown sample stays.
+    for bad, expected in [(5, "in [0, 5)"), (-1, "in [0, 5)"), ("2", "in [0, 5)")]:
+        reply = w.run_command("explain", {"sample": bad})
+        assert reply["kind"] == "error" and expected in reply["message"]
+    reply = w.run_command("explain", {"sample": 1, "cameras": ["rgb"]})
+    assert reply["kind"] == "error" and "every camera" in reply["message"]
+    assert w.sample_index == 3
+
+
+def test_dataset_pass_can_be_cancelled_and_keeps_the_previous_results(images):
+    gate = threading.Event()
+
+    class SlowLoader:
+        def __iter__(self):
+            for batch in loader():
+                yield batch
+                gate.wait(5)
+
+    w = viewer(images)
+    w.explain_dataset(loader(4, 2))
+    previous = w.dataset
+    task = w.explain_dataset(SlowLoader(), wait=False)
+    for _ in range(500):
+        task_state = w.dataset_task
+        if task_state["id"] == task.request_id and task_state["done"] >= 1:
+            break
+        threading.Event().wait(0.01)
+    assert w.dataset_task["state"] == "running" and w.dataset_task["total"] == 0  # no len()
+    # A second explanation while the pass runs is refused.
+    assert w.run_command("explain", {})["kind"] == "error"
+    w._dispatch({"kind": "cancel", "id": w.dataset_task["id"]})  # what the browser's Cancel sends
+    gate.set()
+    task.join(30)
+    assert isinstance(task.exception, CommandCancelled)
+    assert w.dataset_task["state"] == "cancelled" and w.status == "idle"
+    assert w.dataset == previous
+
+
+def test_dataset_pass_errors(images):
+    w = viewer(images)
+    with pytest.raises(TypeError, match="iterable of batches"):
+        w.explain_dataset(images)
+    with pytest.raises(ValueError, match="max_batches"):
+        w.explain_dataset(loader(), max_batches=0)
+    with pytest.raises(ValueError, match="keep_samples"):
+        w.explain_dataset(loader(), keep_samples=0)
+    with pytest.raises(ValueError, match="percentiles"):
+        w.explain_dataset(loader(), percentiles=(50, 150))
+    with pytest.raises(RuntimeError, match="gave no batches"):
+        w.explain_dataset([])
+    assert w.dataset_task["state"] == "failed"
+    with pytest.raises(RuntimeError, match="neither a mapping"):
+        w.explain_dataset([torch.zeros(2, 3, 8, 8)])
+    assert w.dataset == {} and w.status == "error"
+    reply = w.run_command("explain", {"sample": 0})
+    assert reply["kind"] == "error" and "no dataset samples yet" in reply["message"]
+    # max_batches stops early; the browser can pick another aggregate statistic only
+    # among those the pass made.
+    w.explain_dataset(loader(8, 2), max_batches=2, keep_samples=2)
+    assert (w.dataset["batches"], w.dataset["samples"]) == (2, 4)
+    w.aggregate_stat = "p90"
+    with pytest.raises(traitlets.TraitError, match="aggregate_stat"):
+        w.aggregate_stat = "p99"
