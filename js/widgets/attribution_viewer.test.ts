@@ -364,6 +364,7 @@ describe("dataset view", () => {
     const p90 = el.querySelectorAll<HTMLElement>(".vl-av-agg");
     expect(p90[0].querySelector(".vl-av-bar-max")!.textContent).toBe("8");
     expect(p90[1].classList.contains("vl-av-flat")).toBe(false);
+    expect(p90[0].querySelector(".vl-av-range")!.textContent).toBe("span 8");
     expect(el.querySelector("img")).toBeNull();
   });
 

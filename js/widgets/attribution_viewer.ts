@@ -158,8 +158,11 @@ export function modesFor(
 }
 
 /** The raw span of one camera's map next to the largest camera's, for the line under its colourbar. */
-export function rangeText(record: AttributionPayload): string {
-  const span = `raw span ${formatNumber(record.span)}`;
+export function rangeText(
+  record: Pick<AttributionPayload, "camera_key" | "span" | "relative_span" | "largest_camera" | "flat">,
+  noun = "raw span",
+): string {
+  const span = `${noun} ${formatNumber(record.span)}`;
   if (!Number.isFinite(record.relative_span) || record.largest_camera === record.camera_key || !record.largest_camera) {
     return record.flat ? `${span} (near-flat)` : span;
   }
@@ -660,7 +663,8 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
           h("span", { class: "vl-av-bar-min vl-mono" }, formatNumber(vmin)),
           h("div", { class: "vl-av-bar", style: `background: ${gradientCss(cmap, 24)}` }),
           h("span", { class: "vl-av-bar-max vl-mono" }, formatNumber(vmax))),
-        h("div", { class: "vl-mono vl-av-range" }, rangeText({ ...agg, camera_key: key } as AttributionPayload)));
+        // Percentile maps are of per-sample normalised maps: their span is not in raw units.
+        h("div", { class: "vl-mono vl-av-range" }, rangeText({ ...agg, camera_key: key }, stat === "mean" ? "raw span" : "span")));
       card.classList.toggle("vl-av-flat", agg.flat);
       cards.push(card);
     }

@@ -361,3 +361,90 @@ def test_mode_menu_offers_only_modes_that_work(lab: Any) -> None:
             "dedicated_layer",
             "idle",
         ]
+
+
+DATASET = """
+import torch
+class CameraDataset(torch.utils.data.Dataset):
+    # Even samples carry evidence in every camera, odd ones in rgb only.
+    def __len__(self):
+        return 12
+    def __getitem__(self, i):
+        planted = EVIDENCE if i % 2 == 0 else {"rgb": EVIDENCE["rgb"]}
+        return {k: v[0] for k, v in make_camera_images(evidence=planted, seed=10 + i).items()}, i % 4
+wds = AttributionViewerWidget(MultiCameraDemoModel(), images, target_class=EVIDENCE_CLASS,
+                              layer="encoders.{camera}.conv3")
+wds.explain_dataset(torch.utils.data.DataLoader(CameraDataset(), batch_size=4), keep_samples=8)
+wds
+"""
+
+# A digest of one camera canvas's pixels, to tell whether the shown image changed.
+CANVAS_SUM = """([camera]) => {
+  const panel = [...document.querySelectorAll('.vl-av .vl-av-panel')].find(p => p.dataset.camera === camera);
+  const c = panel.querySelector('canvas');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let s = 0;
+  for (let i = 0; i < d.length; i += 4) s += d[i] * (1 + (i % 97)) + d[i + 1];
+  return s;
+}"""
+
+
+def test_dataset_view_slider_changes_the_shown_sample(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_dataset.ipynb", [SETUP, DATASET]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    dataset = root.locator(".vl-av-dataset")
+    dataset.wait_for(state="visible")
+    assert "12 samples in 3 batches" in root.locator(".vl-av-ds-summary").inner_text()
+    assert root.locator(".vl-av-agg").count() == 3
+    rows = root.locator(".vl-av-rel-row")
+    assert rows.count() == 3
+    # rgb holds evidence in every sample: the longest reliance bar.
+    widths = root.evaluate(
+        "(r) => Object.fromEntries([...r.querySelectorAll('.vl-av-rel-row')].map(row =>"
+        " [row.dataset.camera, row.querySelector('.vl-av-rel-fill').getBoundingClientRect().width]))"
+    )
+    assert max(widths, key=widths.get) == "rgb", widths
+    assert root.locator(".vl-av-sample-label").inner_text().startswith("sample 1 / 8")
+
+    before = lab.page.evaluate(CANVAS_SUM, ["rgb"])
+    slider = root.locator(".vl-av-sample")
+    slider.focus()
+    # As a drag ends: input events while moving, one change on release.
+    slider.evaluate(
+        "(el) => { el.value = '1'; el.dispatchEvent(new Event('input', {bubbles: true}));"
+        " el.dispatchEvent(new Event('change', {bubbles: true})); }"
+    )
+    lab.page.wait_for_function(
+        "() => document.querySelector('.vl-av .vl-av-sample-label').textContent"
+        ".startsWith('sample 2 / 8')"
+    )
+    lab.page.wait_for_function(
+        "([b]) => { const p = [...document.querySelectorAll('.vl-av .vl-av-panel')]"
+        ".find(p => p.dataset.camera === 'rgb'); const c = p.querySelector('canvas');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let s = 0; for (let i = 0; i < d.length; i += 4) s += d[i] * (1 + (i % 97)) + d[i + 1];"
+        " return s !== b; }",
+        arg=[before],
+    )
+    assert lab.kernel_json("wds.sample_index") == 1
+    # Sample 1 has evidence in rgb only: both SLAM maps are near-flat and marked so.
+    left = root.locator(".vl-av-panel[data-camera='slam-left']")
+    lab.page.wait_for_function(
+        "() => [...document.querySelectorAll('.vl-av .vl-av-panel')]"
+        ".find(p => p.dataset.camera === 'slam-left').classList.contains('vl-av-flat')"
+    )
+    assert left.locator(".vl-av-flat-badge").is_visible()
+    flat = ["slam-left", "slam-right"]
+    assert lab.kernel_json("[k for k, f in wds.flatness.items() if f.flat]") == flat
+    # Another aggregate statistic from the menu.
+    root.locator(".vl-av-stat").select_option("p90")
+    assert lab.kernel_json("wds.aggregate_stat") == "p90"
+    assert root.locator(".vl-error").is_hidden()
+
+    for dark in (False, True):
+        _set_theme(lab, dark)
+        dataset.scroll_into_view_if_needed()
+        lab.screenshot(f"attribution_viewer-dataset-{'dark' if dark else 'light'}", root)
+    _set_theme(lab, False)
