@@ -23,6 +23,7 @@ MODULES = (
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
+    "vinlens.attribution.aggregate",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

@@ -2,11 +2,25 @@
 
 Engine only (torch + numpy, no UI imports). :func:`explain_cameras` is the entry
 point a viewer uses; :mod:`vinlens.attribution.methods` has the per-camera methods
-and :mod:`vinlens.attribution.capture` the hook helpers they share.
+(listed in :mod:`vinlens.attribution.registry`), :mod:`vinlens.attribution.capture`
+the hook helpers they share and :mod:`vinlens.attribution.layout` how a layer output
+is read as a feature map. :mod:`vinlens.attribution.aggregate` folds maps and camera
+reliance over a whole data slice.
 """
 
 from __future__ import annotations
 
+from vinlens.attribution.aggregate import (
+    AttributionAggregate,
+    CameraMapStatistics,
+    CameraReliance,
+    CameraRelianceStatistics,
+    RelianceSummary,
+    aggregate_attributions,
+    camera_image_means,
+    camera_reliance,
+    camera_reliance_over,
+)
 from vinlens.attribution.explain import (
     ATTRIBUTION_METHODS,
     CameraAttribution,
@@ -37,18 +51,27 @@ __all__ = [
     "CAMERA_PLACEHOLDER",
     "LAYER_LAYOUTS",
     "METHOD_REGISTRY",
+    "AttributionAggregate",
     "AttributionMethod",
     "CameraAttribution",
     "CameraExplanationTarget",
+    "CameraMapStatistics",
+    "CameraReliance",
+    "CameraRelianceStatistics",
     "ImageLike",
     "LayerCalls",
     "LayerChoice",
     "LayerLayoutError",
     "LayerTarget",
+    "RelianceSummary",
     "VisionCaptureMode",
     "ablation_cam",
+    "aggregate_attributions",
     "camera_image_batches",
+    "camera_image_means",
     "camera_layer_templates",
+    "camera_reliance",
+    "camera_reliance_over",
     "camera_targets_for_layer",
     "capture_modes_for_layer",
     "check_camera_targets",
