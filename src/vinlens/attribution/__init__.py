@@ -26,6 +26,7 @@ from vinlens.attribution.explain import (
     CameraAttribution,
     check_camera_targets,
     explain_cameras,
+    near_flat_cameras,
     normalize_map,
 )
 from vinlens.attribution.images import ImageLike, camera_image_batches
@@ -80,6 +81,7 @@ __all__ = [
     "grad_cam_plus_plus",
     "layer_choices",
     "method_labels",
+    "near_flat_cameras",
     "normalize_map",
     "probe_layer_calls",
 ]
