@@ -24,6 +24,7 @@ MODULES = (
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
     "vinlens.attribution.flatness",
+    "vinlens.attribution.aggregate",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

@@ -252,11 +252,13 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     assert sum(channels) / 3 < 100, f"dark theme background {background} is not dark"
 
 
-# slam-right gets no evidence blob, so its map is the encoder's constant floor: near-flat.
+# The tour's views: blobs in rgb and slam-left, none in slam-right, whose map the demo
+# model makes near-flat by design (its CAM channel holds only a constant floor there).
 FLAT = """
-flat_images = {k: v[0] for k, v in make_camera_images(
-    evidence={k: v for k, v in EVIDENCE.items() if k != "slam-right"}, seed=3).items()}
-wf = AttributionViewerWidget(MultiCameraDemoModel(), flat_images, target_class=EVIDENCE_CLASS,
+from vinlens.attribution import near_flat_cameras
+views = {k: v[0] for k, v in make_camera_images(
+    evidence={'rgb': (30, 62), 'slam-left': (52, 20)}).items()}
+wf = AttributionViewerWidget(MultiCameraDemoModel(), views, target_class=EVIDENCE_CLASS,
                              layer="encoders.{camera}.conv3")
 wf
 """
@@ -283,6 +285,9 @@ def test_near_flat_camera_is_marked_and_cards_align(lab: Any) -> None:
     _wait_for_maps(lab, 1)
     root = lab.page.locator(".vl-av").first
     assert lab.kernel_json("[k for k, f in wf.flatness.items() if f.flat]") == ["slam-right"]
+    # The same verdict as the engine's rule on the records.
+    flat_records = "sorted(k for _, k in near_flat_cameras(wf.records.values()))"
+    assert lab.kernel_json(flat_records) == ["slam-right"]
     flat = root.locator(".vl-av-panel[data-camera='slam-right']")
     assert flat.locator(".vl-av-flat-badge").is_visible()
     assert flat.locator(".vl-av-hatch").is_visible()

@@ -2,16 +2,31 @@
 
 Engine only (torch + numpy, no UI imports). :func:`explain_cameras` is the entry
 point a viewer uses; :mod:`vinlens.attribution.methods` has the per-camera methods
-and :mod:`vinlens.attribution.capture` the hook helpers they share.
+(listed in :mod:`vinlens.attribution.registry`), :mod:`vinlens.attribution.capture`
+the hook helpers they share and :mod:`vinlens.attribution.layout` how a layer output
+is read as a feature map. :mod:`vinlens.attribution.aggregate` folds maps and camera
+reliance over a whole data slice.
 """
 
 from __future__ import annotations
 
+from vinlens.attribution.aggregate import (
+    AttributionAggregate,
+    CameraMapStatistics,
+    CameraReliance,
+    CameraRelianceStatistics,
+    RelianceSummary,
+    aggregate_attributions,
+    camera_image_means,
+    camera_reliance,
+    camera_reliance_over,
+)
 from vinlens.attribution.explain import (
     ATTRIBUTION_METHODS,
     CameraAttribution,
     check_camera_targets,
     explain_cameras,
+    near_flat_cameras,
     normalize_map,
 )
 from vinlens.attribution.flatness import MapFlatness, map_flatness
@@ -38,19 +53,28 @@ __all__ = [
     "CAMERA_PLACEHOLDER",
     "LAYER_LAYOUTS",
     "METHOD_REGISTRY",
+    "AttributionAggregate",
     "AttributionMethod",
     "CameraAttribution",
     "CameraExplanationTarget",
+    "CameraMapStatistics",
+    "CameraReliance",
+    "CameraRelianceStatistics",
     "ImageLike",
     "LayerCalls",
     "LayerChoice",
     "LayerLayoutError",
     "LayerTarget",
     "MapFlatness",
+    "RelianceSummary",
     "VisionCaptureMode",
     "ablation_cam",
+    "aggregate_attributions",
     "camera_image_batches",
+    "camera_image_means",
     "camera_layer_templates",
+    "camera_reliance",
+    "camera_reliance_over",
     "camera_targets_for_layer",
     "capture_modes_for_layer",
     "check_camera_targets",
@@ -60,6 +84,7 @@ __all__ = [
     "layer_choices",
     "map_flatness",
     "method_labels",
+    "near_flat_cameras",
     "normalize_map",
     "probe_layer_calls",
 ]
