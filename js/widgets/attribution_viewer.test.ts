@@ -401,6 +401,16 @@ describe("dataset view", () => {
     expect(model.sent.at(-1)!.content).toMatchObject({ name: "explain", args: { sample: 1 } });
   });
 
+  it("keeps keys typed into its controls from the notebook around it", () => {
+    const { q, el } = mount({ dataset: datasetPayload() });
+    const seen: string[] = [];
+    el.addEventListener("keydown", (ev) => seen.push((ev.target as HTMLElement).className));
+    q(".vl-av-sample").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    q(".vl-av-class").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowUp", bubbles: true }));
+    q(".vl-av-panel").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    expect(seen).toEqual(["vl-av-panel"]);
+  });
+
   it("shows a dataset pass started from Python and cancels it by its id", () => {
     const { q, model } = mount();
     model.kernelSet("dataset_task", { id: "ds-1", state: "running", done: 2, total: 5 });

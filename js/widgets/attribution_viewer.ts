@@ -306,6 +306,15 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     status.el, empty, grid, datasetEl,
   );
   el.append(root);
+  // The notebook's own keydown handler (bubble phase, outside the shortcut system that
+  // data-lm-suppress-shortcuts covers) takes arrow keys for moving between cells and
+  // cancels their default, so a focused slider or number field would not move. Keys
+  // typed into the widget's form controls stop here.
+  const keepKeys = (ev: KeyboardEvent): void => {
+    const target = ev.target as HTMLElement | null;
+    if (target && ["INPUT", "SELECT", "TEXTAREA"].includes(target.tagName)) ev.stopPropagation();
+  };
+  root.addEventListener("keydown", keepKeys);
 
   const panels = new Map<string, Panel>();
   let records = new Map<string, AttributionPayload>();
@@ -835,6 +844,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   return () => {
     for (const [event, cb] of listeners) m.off(event, cb);
+    root.removeEventListener("keydown", keepKeys);
     status.dispose();
     client.dispose();
     root.remove();
