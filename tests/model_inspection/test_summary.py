@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -110,10 +110,12 @@ def test_blockwise_path_agrees_when_blocks_are_small(
 class Allocations(TorchDispatchMode):
     """Largest tensor any aten op returns, and whether anything was copied to another device."""
 
-    VIEWS = {"aten::detach", "aten::as_strided", "aten::select", "aten::narrow", "aten::slice"}
-    VIEWS |= {"aten::view", "aten::alias", "aten::t", "aten::permute", "aten::expand"}
-    # The table of per-block results (nine float64 scalars per block) is not tensor data.
-    VIEWS |= {"aten::stack", "aten::cat"}
+    # Views, plus the table of per-block results (nine float64 scalars per block).
+    VIEWS: ClassVar[frozenset[str]] = frozenset(
+        {"aten::detach", "aten::as_strided", "aten::select", "aten::narrow", "aten::slice"}
+        | {"aten::view", "aten::alias", "aten::t", "aten::permute", "aten::expand"}
+        | {"aten::stack", "aten::cat"}
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -177,7 +179,7 @@ def test_unsupported_tensors_are_refused_naming_why(
 ) -> None:
     with pytest.raises(error, match=match):
         summarize_tensor(tensor)
-    with pytest.raises(TypeError, match="expected a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"expected a torch\.Tensor"):
         summarize_tensor([1.0])  # type: ignore[arg-type]
 
 
