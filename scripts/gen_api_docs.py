@@ -18,6 +18,7 @@ MODULES = (
     "vinlens.model_inspection",
     "vinlens.health",
     "vinlens.attribution.targets",
+    "vinlens.attribution.layout",
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",

@@ -14,6 +14,7 @@ from vinlens.attribution.explain import (
     explain_cameras,
     normalize_map,
 )
+from vinlens.attribution.layout import LAYER_LAYOUTS, LayerLayoutError
 from vinlens.attribution.methods import ablation_cam, grad_cam, grad_cam_plus_plus
 from vinlens.attribution.targets import (
     CameraExplanationTarget,
@@ -24,8 +25,10 @@ from vinlens.attribution.targets import (
 
 __all__ = [
     "ATTRIBUTION_METHODS",
+    "LAYER_LAYOUTS",
     "CameraAttribution",
     "CameraExplanationTarget",
+    "LayerLayoutError",
     "LayerTarget",
     "VisionCaptureMode",
     "ablation_cam",
