@@ -623,7 +623,7 @@ class VinOfflineStoreReader:
         examples: list[str] = []
         if missing:
             # The first missing keys in grid order: at most len(present) + a few steps.
-            for coords in itertools.product(*(range(n) for n in counts)):
+            for coords in _grid(counts):
                 if coords not in present:
                     examples.append(meta.encode_key(coords))
                     if len(examples) >= _MAX_LISTED_CHUNKS:
@@ -1205,6 +1205,24 @@ class VinOfflineStoreReader:
                     if not status.complete:
                         out.append(status)
         return tuple(out)
+
+
+def _grid(counts: list[int]) -> Iterator[tuple[int, ...]]:
+    """Grid coordinates in C order, lazily (``itertools.product`` would build every range)."""
+    if any(n <= 0 for n in counts):
+        return
+    coords = [0] * len(counts)
+    while True:
+        yield tuple(coords)
+        axis = len(counts) - 1
+        while axis >= 0:
+            coords[axis] += 1
+            if coords[axis] < counts[axis]:
+                break
+            coords[axis] = 0
+            axis -= 1
+        if axis < 0:
+            return
 
 
 @dataclass(frozen=True)
