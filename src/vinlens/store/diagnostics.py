@@ -68,7 +68,6 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -282,6 +281,8 @@ class VinOfflineStoreSelection:
 
     store_dir: str
     scope: str = "root"
+    # How to reach a URL store; credentials never enter the request's digest.
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json_dict(self) -> dict[str, str]:
         return {"scope": self.scope, "store_dir": self.store_dir}
@@ -1447,7 +1448,9 @@ def capture_vin_offline_dataset_stats_request(
     _check_max_samples(max_samples)
     config = as_store_config(store)
     generation = capture_store_generation(config)
-    selection = VinOfflineStoreSelection(store_dir=generation.store_dir.path)
+    selection = VinOfflineStoreSelection(
+        store_dir=generation.store_dir.path, storage_options=config.storage_options
+    )
     return VinOfflineDatasetStatsRequest(
         selection=selection, generation=generation, max_samples=max_samples
     )
@@ -1462,9 +1465,9 @@ def _replaced(request: VinOfflineDatasetStatsRequest, when: str) -> VinOfflineSt
     )
 
 
-def _current_generation(path: str) -> StoreGeneration | None:
+def _current_generation(config: VinOfflineStoreConfig) -> StoreGeneration | None:
     try:
-        return capture_store_generation(path)
+        return capture_store_generation(config)
     except (VinOfflineStoreError, OSError):
         return None
 
@@ -1492,14 +1495,16 @@ def inspect_vin_offline_dataset_stats_with_progress(
 
     Called with ``rows_done=0`` first and after each shard (for CLIs and widgets).
     """
-    path = request.selection.store_dir
-    if _current_generation(path) != request.generation:
+    config = VinOfflineStoreConfig(
+        store_dir=request.selection.store_dir,
+        storage_options=request.selection.storage_options,
+    )
+    if _current_generation(config) != request.generation:
         raise _replaced(request, "before the read started")
-    config = VinOfflineStoreConfig(store_dir=Path(path))
     try:
         reader = VinOfflineStoreReader(config)
     except (VinOfflineStoreError, OSError) as exc:
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being opened") from exc
         raise
     try:
@@ -1516,14 +1521,14 @@ def inspect_vin_offline_dataset_stats_with_progress(
         except VinOfflineStoreReplacedError:
             raise
         except Exception as exc:
-            if _current_generation(path) != request.generation:
+            if _current_generation(config) != request.generation:
                 raise _replaced(request, "while it was being read") from exc
             raise
         try:
             reader.check_generation()
         except StoreReplacedError as exc:
             raise _replaced(request, "while it was being read") from exc
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being read")
         return result
     finally:
