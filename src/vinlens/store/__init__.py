@@ -28,7 +28,10 @@ Format (:mod:`vinlens.store.format`)
     ``UnsupportedFormatError`` (a ManifestError), ``SampleIndexError``, ``MissingShardError``,
     ``MissingBlockError``, ``BlockMismatchError``, ``MissingChunksError``, ``CorruptChunkError``,
     ``CorruptRecordError``, ``StoreExistsError`` (also FileExistsError), ``StoreReplacedError``,
-    ``SpecialFileError`` (also OSError: a FIFO/device/socket where a file belongs).
+    ``SpecialFileError`` (also OSError: a FIFO/device/socket where a file belongs),
+    ``InvalidSampleError`` (writer ``add()``: type, name or value range), ``StoreVerificationError``
+    (a built store failed the writer's read-back check and was not published);
+    ``block_name_problem(name) -> str | None``.
 
 Access (:mod:`vinlens.store.access`) -- every file read of reader and diagnostics goes here
     ``open_store_access(location, storage_options=None) -> StoreAccess`` (``LocalStoreAccess``
@@ -117,6 +120,7 @@ from vinlens.store.format import (
     BlockMismatchError,
     CorruptChunkError,
     CorruptRecordError,
+    InvalidSampleError,
     ManifestError,
     MissingBlockError,
     MissingChunksError,
@@ -129,6 +133,7 @@ from vinlens.store.format import (
     StoreNotFoundError,
     StoreReplacedError,
     StoreShardSpec,
+    StoreVerificationError,
     UnsupportedFormatError,
     VinOfflineManifest,
     VinOfflineStoreConfig,
@@ -152,6 +157,7 @@ __all__ = [
     "CorruptRecordError",
     "FileStat",
     "FsspecStoreAccess",
+    "InvalidSampleError",
     "LocalStoreAccess",
     "ManifestError",
     "MissingBlockError",
@@ -169,6 +175,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReplacedError",
     "StoreShardSpec",
+    "StoreVerificationError",
     "UnsupportedFormatError",
     "VinOfflineManifest",
     "VinOfflineSample",
