@@ -25,7 +25,6 @@ mean, max, Pearson r of the pairs) is computed in the kernel.
 
 from __future__ import annotations
 
-import html
 import io
 import time
 from collections.abc import Sequence
@@ -57,7 +56,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
-from vinlens.widgets._store_common import AcquisitionState, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
 
 __all__ = [
     "StoreDashboardWidget",
@@ -497,7 +496,6 @@ class StoreDashboardWidget(BrowserSafeState):
 
 def _static_html(widget: StoreDashboardWidget) -> str:
     """Self-contained HTML (no scripts; every kernel string escaped) for nbconvert/GitHub."""
-    esc = html.escape
     stats = widget.stats
     request = widget.request
     if stats is None or request is None:
