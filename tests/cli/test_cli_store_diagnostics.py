@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vinlens.cli import main
-from vinlens.store.cli_diagnostics import to_json_value
+from vinlens.cli.table import to_json_value
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.synthetic import SyntheticDatasetRecord, write_synthetic_dataset

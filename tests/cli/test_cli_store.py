@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from vinlens.cli import main
-from vinlens.store import cli as store_cli
 
 
 def test_make_demo_then_info_prints_an_aligned_manifest_table(
@@ -83,20 +81,3 @@ def test_info_on_a_broken_store_names_the_file(
     assert (
         str(path / "manifest.json") in err and "unsupported version 9" in err and "one of: 1" in err
     )
-
-
-def test_store_group_loads_registered_command_modules(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    module = tmp_path / "extra_store_cmds.py"
-    module.write_text(
-        "def register_store_commands(sub):\n"
-        "    p = sub.add_parser('hello')\n"
-        "    p.set_defaults(handler=lambda args: print('hello from extension') or 0)\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(store_cli, "STORE_COMMAND_MODULES", ("extra_store_cmds",))
-    parser = argparse.ArgumentParser()
-    store_cli.register(parser.add_subparsers())
-    args = parser.parse_args(["store", "hello"])
-    assert args.handler(args) == 0
