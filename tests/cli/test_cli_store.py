@@ -81,3 +81,36 @@ def test_info_on_a_broken_store_names_the_file(
     assert (
         str(path / "manifest.json") in err and "unsupported version 9" in err and "one of: 1" in err
     )
+
+
+def test_a_directory_that_is_not_a_store_reads_naturally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["store", "info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vinlens: error: {tmp_path / 'manifest.json'}: manifest.json is missing")
+    assert "\n" not in err
+    # One level of parentheses at most: "(expected ...)" holds no "(...)" of its own.
+    depth = deepest = 0
+    for char in err:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        deepest = max(deepest, depth)
+    assert deepest <= 1, err
+
+
+def test_info_table_right_aligns_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo"
+    assert main(["store", "make-demo", str(path), "--candidates", "300"]) == 0
+    capsys.readouterr()
+    assert main(["store", "info", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.startswith("shard  "))
+    header = lines[header_at]
+    end = header.index("bytes") + len("bytes")
+    rows = lines[header_at + 2 :]
+    rri = next(row for row in rows if " rri " in row)
+    assert rri[:end].endswith(f"{8 * 300 * 4:,}")  # "9,600": separators, right-aligned
+    rows_end = header.index("rows") + len("rows")
+    assert all(row[:rows_end].endswith(" 8") for row in rows)
