@@ -17,6 +17,7 @@ from nbclient import NotebookClient
 
 from vinlens.cli import main
 from vinlens.demo.data import ensure_demo_data
+from vinlens.demo.launch import lab_command, lab_environment
 from vinlens.demo.notebooks import NOTEBOOKS, TOUR_NOTEBOOK, build_notebook, write_notebooks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,6 +92,14 @@ def test_vinlens_demo_check_fails_when_a_cell_fails(demo_dir: Path, tmp_path: Pa
     assert main(["demo", "--dir", str(broken), "--check"]) == 1
 
 
+def test_lab_gets_its_token_from_the_environment_not_argv():
+    cmd = lab_command(Path("/srv/demo"), port=8888, open_browser=False)
+    assert not any("token" in arg.lower() for arg in cmd)
+    assert "--ServerApp.ip=127.0.0.1" in cmd
+    env = lab_environment("s3cret", {"PATH": "/bin", "JUPYTER_TOKEN_FILE": "/tmp/t"})
+    assert env == {"PATH": "/bin", "JUPYTER_TOKEN": "s3cret"}
+
+
 def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_path: Path):
     env = dict(
         os.environ,
@@ -133,8 +142,14 @@ def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_pa
             urllib.request.urlopen(f"{base}/api/contents/{TOUR_NOTEBOOK}", timeout=5)
         assert denied.value.code == 403  # auth stays on: no token, no notebook
         # `vinlens demo` became JupyterLab itself, so stopping it leaves no server behind.
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        assert b"jupyterlab" in cmdline
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"jupyterlab" in cmdline.split(b"\0")
+        # The token is not on the command line, which every local user can read with `ps`;
+        # it is in the environment, which only the owner can read.
+        assert token.encode() not in cmdline
+        environ = Path(f"/proc/{proc.pid}/environ")
+        assert f"JUPYTER_TOKEN={token}".encode() in environ.read_bytes().split(b"\0")
+        assert environ.stat().st_mode & 0o077 == 0
     finally:
         proc.terminate()
         try:
