@@ -25,9 +25,12 @@ __all__ = ["check_notebook", "lab_command", "lab_environment", "prepare_demo", "
 
 
 def prepare_demo(root: str | os.PathLike[str] | None = None) -> DemoData:
-    """Demo data plus the notebooks (written only where missing, so edits are kept)."""
+    """Demo data plus the notebooks (written only where missing, so edits are kept).
+
+    Unedited notebooks are signed so JupyterLab opens them trusted.
+    """
     data = ensure_demo_data(root)
-    write_notebooks(data.root, overwrite=False)
+    write_notebooks(data.root, overwrite=False, trust=True)
     return data
 
 
