@@ -15,6 +15,7 @@ from vinlens.model_inspection import (
     CaptureLimits,
     ModuleMetadata,
     TensorSnapshot,
+    TensorSummary,
     capture_model,
     inspect_model,
 )
@@ -84,7 +85,10 @@ def test_captured_snapshots_equal_regularly_constructed_records() -> None:
     with capture_model(model) as capture:
         model(torch.randn(4, 3))
     for snapshot in capture.snapshots:
-        rebuilt = TensorSnapshot(**dataclasses.asdict(snapshot))
+        fields = dataclasses.asdict(snapshot)
+        assert fields["summary"] is not None  # float32 activations are summarized
+        fields["summary"] = TensorSummary(**fields["summary"])
+        rebuilt = TensorSnapshot(**fields)
         assert rebuilt == snapshot and hash(rebuilt) == hash(snapshot)
         assert repr(rebuilt) == repr(snapshot)
         with pytest.raises(dataclasses.FrozenInstanceError):

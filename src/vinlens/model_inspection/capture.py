@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
+from vinlens.model_inspection.summary import TensorSummary, summarize_tensor
 
 __all__ = [
     "CaptureLimits",
@@ -141,6 +142,9 @@ class TensorSnapshot:
         values: Detached CPU scalar prefix bounded by per-tensor and shared quotas.
         sample_omission_reason: Why numeric sampling is unsupported; None for supported/empty
             sources.
+        summary: Whole-tensor statistics of a real floating source, computed on its device
+            (see :class:`~vinlens.model_inspection.TensorSummary`); None for other dtypes,
+            metadata-only sources, or a tensor the reductions failed on.
     """
 
     module_path: str
@@ -154,6 +158,7 @@ class TensorSnapshot:
     sampled_bytes: int
     values: tuple[SampleScalar, ...]
     sample_omission_reason: str | None = None
+    summary: TensorSummary | None = None
 
 
 _LIMIT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(CaptureLimits))
@@ -255,6 +260,7 @@ def _new_snapshot(
     sampled_bytes: int,
     values: tuple[SampleScalar, ...],
     reason: str | None,
+    summary: TensorSummary | None = None,
 ) -> TensorSnapshot:
     """Build the same record as ``TensorSnapshot(...)`` without eleven frozen ``__setattr__`` calls.
 
@@ -274,6 +280,7 @@ def _new_snapshot(
         sampled_bytes=sampled_bytes,
         values=values,
         sample_omission_reason=reason,
+        summary=summary,
     )
     return record
 
@@ -605,6 +612,10 @@ class ModelCapture:
         reason = _omission_reason(tensor)
         numel = tensor.numel()
         element_size = tensor.element_size()
+        if self._exhausted:
+            return
+        # Reduced before taking the lock: it reads the whole tensor, sampling does not.
+        summary = self._summary(tensor) if reason is None else None
         with self._lock:
             if self._exhausted:
                 return
@@ -621,13 +632,24 @@ class ModelCapture:
             sampled = len(values) * element_size
             self._sampled_bytes += sampled
             self._snapshots.append(
-                _new_snapshot(label, index, direction, path, tensor, numel, sampled, values, reason)
+                _new_snapshot(
+                    label, index, direction, path, tensor, numel, sampled, values, reason, summary
+                )
             )
             if (
                 len(self._snapshots) >= limits.max_tensors
                 or self._sampled_bytes >= limits.max_bytes
             ):
                 self._exhausted = True
+
+    @staticmethod
+    def _summary(tensor: torch.Tensor) -> TensorSummary | None:
+        if not tensor.is_floating_point():
+            return None
+        try:
+            return summarize_tensor(tensor)
+        except Exception:  # exotic subclasses: the snapshot keeps its sample and metadata
+            return None
 
 
 def _normalize_paths(module_paths: Sequence[str] | None) -> tuple[str, ...] | None:
