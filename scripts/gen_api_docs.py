@@ -22,6 +22,7 @@ MODULES = (
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
+    "vinlens.attribution.flatness",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

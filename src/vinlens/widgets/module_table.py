@@ -22,12 +22,7 @@ import traitlets
 from torch import nn
 
 from vinlens.model_inspection import ROOT_PATH
-from vinlens.widgets._base import (
-    BrowserSafeState,
-    TableExport,
-    command,
-    widget_asset,
-)
+from vinlens.widgets._base import BrowserSafeState, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table
 from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
 
