@@ -16,6 +16,7 @@ from pathlib import Path
 MODULES = (
     "vinlens",
     "vinlens.model_inspection",
+    "vinlens.health",
     "vinlens.attribution.targets",
     "vinlens.attribution.layout",
     "vinlens.attribution.images",

@@ -132,6 +132,10 @@ export interface ModuleTableView {
   table: VirtualTable;
   /** View order (row indices) currently shown; for tests and the snapshot browser. */
   view(): Int32Array;
+  /** Row index of a module path, or -1. */
+  indexOf(path: string): number;
+  /** Expand the ancestors of module `i`, move the cursor to it and scroll it into view. */
+  reveal(i: number): void;
   dispose(): void;
 }
 
@@ -545,6 +549,14 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     el,
     table,
     view: () => view,
+    indexOf: (path) => rows?.indexOf(path) ?? -1,
+    reveal(i) {
+      if (!rows || i < 0 || i >= rows.n) return;
+      for (let p = rows.parent[i]; p >= 0; p = rows.parent[p]) collapsed[p] = 0;
+      rebuild();
+      const r = view.indexOf(i);
+      if (r >= 0) table.setCursor(r);
+    },
     dispose() {
       model.off("change:modules", onModules);
       model.off("change:model_summary", onSummary);

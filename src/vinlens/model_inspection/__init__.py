@@ -39,6 +39,7 @@ from vinlens.model_inspection.config import (
     ConfigValue as ConfigValue,
 )
 from vinlens.model_inspection.structure import ModelMetadata, ModuleMetadata, inspect_model
+from vinlens.model_inspection.summary import SummaryAccumulator, TensorSummary, summarize_tensor
 
 __all__ = [
     "ROOT_PATH",
@@ -48,8 +49,11 @@ __all__ = [
     "ModelMetadata",
     "ModelStructureSpec",
     "ModuleMetadata",
+    "SummaryAccumulator",
     "TensorSnapshot",
+    "TensorSummary",
     "capture_model",
     "inspect_config",
     "inspect_model",
+    "summarize_tensor",
 ]

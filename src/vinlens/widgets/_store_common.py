@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from vinlens.export import display_text
 from vinlens.store.format import VinOfflineStoreError
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 
-__all__ = ["AcquisitionState", "static_png_html"]
+__all__ = ["AcquisitionState", "esc", "static_png_html"]
 
 
 def acquisition_state(
@@ -138,13 +139,17 @@ class AcquisitionState:
             raise
 
 
+def esc(text: str) -> str:
+    """Kernel text for static HTML: escaped, and readable when it is not valid Unicode."""
+    return html.escape(display_text(text))
+
+
 def static_png_html(render: Callable[[], bytes], *, alt: str, unavailable: str) -> str:
     """An inline ``<img>`` of ``render()``, or a note naming why it could not be drawn.
 
     The static HTML fallback still shows its numbers when plotting fails, so the error
     becomes a line of text (``unavailable`` names what is missing) instead of a raise.
     """
-    esc = html.escape
     try:
         png = render()
     except Exception as exc:  # the numbers around it are still worth showing

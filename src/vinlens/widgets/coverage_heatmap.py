@@ -17,7 +17,6 @@ generation the coverage was computed against; a store replaced since then is ref
 
 from __future__ import annotations
 
-import html
 import io
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import traitlets
 
+from vinlens.export import display_text
 from vinlens.store.access import open_store_access
 from vinlens.store.coverage import (
     VinOfflineCoverageSceneDiagnostic,
@@ -55,7 +55,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
-from vinlens.widgets._store_common import AcquisitionState, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -279,15 +279,26 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
 
     # -- per-scene snippet lists -------------------------------------------------------
     def _scene_row(self, scene_id: str) -> VinOfflineCoverageSceneDiagnostic:
+        """The row of ``scene_id``, given as recorded or as the browser shows it.
+
+        A scene id that is not valid UTF-8 crosses to the browser as its
+        :func:`~vinlens.export.display_text`; a click sends that form back.
+        """
         record = self._require_record()
         for row in record.per_scene:
             if row.scene_id == scene_id:
                 return row
-        raise CommandError(f"scene {scene_id!r} is in neither the store nor the raw dataset")
+        for row in record.per_scene:
+            if display_text(row.scene_id) == scene_id:
+                return row
+        raise CommandError(
+            f"scene {display_text(scene_id)!r} is in neither the store nor the raw dataset"
+        )
 
     def _scene_snippets(self, scene_id: str, ctx: CommandContext | None) -> dict[str, Any]:
         record = self._require_record()
         row = self._scene_row(scene_id)
+        scene_id = row.scene_id
         missing = sorted(s for sc, s in record.missing_examples if sc == scene_id)
         outside = sorted(s for sc, s in record.outside_examples if sc == scene_id)
         source = "record"
@@ -371,7 +382,6 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
         return buffer.getvalue()
 
     def _repr_html_(self) -> str:
-        esc = html.escape
         record = self._record
         if record is None:
             state = self.acquisition.get("state", "")
