@@ -342,3 +342,16 @@ def test_storage_options_replace_the_configs(store):
     w.wait(120)
     assert w.config.storage_options == {"anon": True}
     assert w.config.store_dir == store.config.store_dir  # local paths ignore the options
+
+
+def test_the_problem_list_is_the_engines(store):
+    from vinlens.store import diagnostics
+
+    w = widget_for(store.config.store_dir, max_samples=None)
+    assert dashboard_module.dashboard_problems is diagnostics.dashboard_problems
+    assert w.payload["problems"] == diagnostics.dashboard_problems(w.stats)
+    assert any(p["severity"] == "notice" for p in w.payload["problems"])
+    # Every unpaired key the engine sampled is sent (the browser collapses long lists).
+    assert w.payload["pairs"]["unpaired_examples"] == [
+        str(k) for k in w.stats.rri_pairing_unavailable_sample_keys
+    ][: dashboard_module.MAX_UNPAIRED_EXAMPLES]

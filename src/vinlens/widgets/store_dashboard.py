@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: Unpaired sample keys listed by name in the payload (the count is always exact).
-MAX_UNPAIRED_EXAMPLES = 20
+MAX_UNPAIRED_EXAMPLES = 200
 
 
 # --------------------------------------------------------------------------------------
