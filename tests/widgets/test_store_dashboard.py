@@ -352,6 +352,9 @@ def test_the_problem_list_is_the_engines(store):
     assert w.payload["problems"] == diagnostics.dashboard_problems(w.stats)
     assert any(p["severity"] == "notice" for p in w.payload["problems"])
     # Every unpaired key the engine sampled is sent (the browser collapses long lists).
-    assert w.payload["pairs"]["unpaired_examples"] == [
-        str(k) for k in w.stats.rri_pairing_unavailable_sample_keys
-    ][: dashboard_module.MAX_UNPAIRED_EXAMPLES]
+    assert (
+        w.payload["pairs"]["unpaired_examples"]
+        == [str(k) for k in w.stats.rri_pairing_unavailable_sample_keys][
+            : dashboard_module.MAX_UNPAIRED_EXAMPLES
+        ]
+    )
