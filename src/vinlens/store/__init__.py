@@ -1,7 +1,7 @@
 """VIN offline store v1: format, read-only access, reader, writer, torch dataset, synthetic data.
 
-The normative format is ``docs/store-format.md``. Public API (stable; any change is
-announced here in a CHANGES line):
+The normative format is ``docs/store-format.md``. Public API (stable; every change is
+recorded in ``CHANGELOG.md``):
 
 Format (:mod:`vinlens.store.format`)
     ``VinOfflineStoreConfig(store_dir: Path | str, raw_dataset_dir: Path | str | None = None,
@@ -28,7 +28,10 @@ Format (:mod:`vinlens.store.format`)
     ``UnsupportedFormatError`` (a ManifestError), ``SampleIndexError``, ``MissingShardError``,
     ``MissingBlockError``, ``BlockMismatchError``, ``MissingChunksError``, ``CorruptChunkError``,
     ``CorruptRecordError``, ``StoreExistsError`` (also FileExistsError), ``StoreReplacedError``,
-    ``SpecialFileError`` (also OSError: a FIFO/device/socket where a file belongs).
+    ``SpecialFileError`` (also OSError: a FIFO/device/socket where a file belongs),
+    ``InvalidSampleError`` (writer ``add()``: type, name or value range), ``StoreVerificationError``
+    (a built store failed the writer's read-back check and was not published);
+    ``block_name_problem(name) -> str | None``.
 
 Access (:mod:`vinlens.store.access`) -- every file read of reader and diagnostics goes here
     ``open_store_access(location, storage_options=None) -> StoreAccess`` (``LocalStoreAccess``
@@ -90,16 +93,10 @@ Synthetic data (:mod:`vinlens.store.synthetic`)
     ``write_synthetic_dataset(root, store_spec=None, raw_spec=None) -> SyntheticDatasetRecord``
     (``.config`` has store_dir and raw_dataset_dir); ``make_synthetic_samples(spec)``.
 
-CLI (:mod:`vinlens.store.cli`)
-    ``vinlens store make-demo PATH ...`` and ``vinlens store info PATH``; other modules add
-    commands by appearing in ``STORE_COMMAND_MODULES`` and exposing
-    ``register_store_commands(store_subparsers)``; ``format_table(headers, rows)``.
+Command line (:mod:`vinlens.cli.store`, not imported by this package)
+    ``vinlens store make-demo|info|stats|coverage``.
 
-CHANGES (after the first commit of this API)
-    - ``StoreAccess.read_range_into(rel, start, buffer)`` added; ``decode_records`` added.
-    - Reader scan batches default to 1 MiB (was 8 MiB); same signatures.
-    - Stores and raw datasets may live at fsspec URLs (``storage_options`` in the config);
-      only regular files are read (``SpecialFileError`` otherwise).
+Changes to this API are recorded in ``CHANGELOG.md``.
 """
 
 from __future__ import annotations
@@ -117,6 +114,7 @@ from vinlens.store.format import (
     BlockMismatchError,
     CorruptChunkError,
     CorruptRecordError,
+    InvalidSampleError,
     ManifestError,
     MissingBlockError,
     MissingChunksError,
@@ -129,6 +127,7 @@ from vinlens.store.format import (
     StoreNotFoundError,
     StoreReplacedError,
     StoreShardSpec,
+    StoreVerificationError,
     UnsupportedFormatError,
     VinOfflineManifest,
     VinOfflineStoreConfig,
@@ -152,6 +151,7 @@ __all__ = [
     "CorruptRecordError",
     "FileStat",
     "FsspecStoreAccess",
+    "InvalidSampleError",
     "LocalStoreAccess",
     "ManifestError",
     "MissingBlockError",
@@ -169,6 +169,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReplacedError",
     "StoreShardSpec",
+    "StoreVerificationError",
     "UnsupportedFormatError",
     "VinOfflineManifest",
     "VinOfflineSample",

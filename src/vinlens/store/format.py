@@ -46,6 +46,7 @@ __all__ = [
     "Capabilities",
     "CorruptChunkError",
     "CorruptRecordError",
+    "InvalidSampleError",
     "ManifestError",
     "MaterializedBlocks",
     "MissingBlockError",
@@ -59,12 +60,14 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReplacedError",
     "StoreShardSpec",
+    "StoreVerificationError",
     "UnsupportedFormatError",
     "VinOfflineManifest",
     "VinOfflineStoreConfig",
     "VinOfflineStoreError",
     "arrays_dir",
     "block_kind_for",
+    "block_name_problem",
     "expected_block_dtype",
     "format_validation_error",
     "is_url",
@@ -104,9 +107,9 @@ NUMERIC_DTYPES: Final[frozenset[str]] = frozenset(
 )
 
 # Shard ids become directory names; keep them to one safe path component.
-_SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
 # Block names become zarr node names and file stems.
-_BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
 # fsspec URL: a scheme of two or more characters (one letter is a Windows drive) and "://".
 _URL_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
@@ -200,6 +203,14 @@ class SpecialFileError(VinOfflineStoreError, OSError):
     """
 
 
+class InvalidSampleError(VinOfflineStoreError):
+    """A sample given to the writer breaks the format (type, name or value range); nothing is written."""
+
+
+class StoreVerificationError(VinOfflineStoreError):
+    """A store the writer just built failed its read-back check; it was not published."""
+
+
 class StoreReplacedError(VinOfflineStoreError):
     """The directory at the store path was replaced (another generation) while it was being read."""
 
@@ -289,11 +300,9 @@ class StoreBlockSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _BLOCK_NAME_PATTERN.match(value) or value.startswith("__"):
-            raise ValueError(
-                f"block name {value!r} is not a safe file name "
-                "(letters, digits, '_', '-', '.', not starting with '.', '-' or '__')"
-            )
+        problem = block_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("shape")
@@ -492,6 +501,22 @@ _FIXED_BLOCKS: Final[dict[str, tuple[BlockKind, str | None]]] = {
     "candidate_poses": (BlockKind.ZARR_ARRAY, "float32"),
 }
 BACKBONE_DTYPES: Final[frozenset[str]] = frozenset({"float16", "float32"})
+
+
+def block_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a block name (``None`` when it can): the spec's file-name rule.
+
+    Block names become zarr node names and file stems, so they are one ASCII path component:
+    letters, digits, ``_``, ``-`` and ``.``, not starting with ``.``, ``-`` or ``__``.
+    """
+    if not isinstance(name, str):
+        return f"block name {name!r} is a {type(name).__name__}, expected a string"
+    if not _BLOCK_NAME_PATTERN.match(name) or name.startswith("__"):
+        return (
+            f"block name {name!r} is not a safe file name "
+            "(ASCII letters, digits, '_', '-', '.', not starting with '.', '-' or '__')"
+        )
+    return None
 
 
 def block_kind_for(name: str) -> BlockKind | None:
