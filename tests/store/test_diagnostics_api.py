@@ -171,6 +171,7 @@ def test_functions_keep_the_seed_signatures() -> None:
         ("store", pos, empty),
         ("max_tars", kw, None),
         ("progress_cb", kw, None),
+        ("executor", kw, None),
     ]
     assert params(diagnostics.inspect_vin_offline_dataset_stats) == [
         ("request", pos, empty),

@@ -92,7 +92,7 @@ def as_store_config(store: VinOfflineStoreConfig | str | os.PathLike[str]) -> Vi
     """Accept a config or a bare path wherever a store is expected."""
     if isinstance(store, VinOfflineStoreConfig):
         return store
-    return VinOfflineStoreConfig(store_dir=Path(os.fspath(store)))
+    return VinOfflineStoreConfig(store_dir=os.fspath(store))
 
 
 # --------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class StoreGeneration:
         """JSON-safe, canonical form (for request digests); paths are included."""
 
         def one(st: FileStat) -> dict[str, Any]:
-            return {
+            out: dict[str, Any] = {
                 "path": st.path,
                 "device": st.device,
                 "inode": st.inode,
@@ -126,6 +126,9 @@ class StoreGeneration:
                 "mtime_ns": st.mtime_ns,
                 "ctime_ns": st.ctime_ns,
             }
+            if st.etag or st.version:  # object stores; local digests stay as they were
+                out["etag"], out["version"] = st.etag, st.version
+            return out
 
         return {
             "store_dir": one(self.store_dir),
@@ -158,8 +161,12 @@ def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
         raise StoreNotFoundError(
             "manifest.json is missing: not a published store, or one being replaced",
             path=access.describe(MANIFEST_FILE),
-            expected="manifest.json (written last by the writer)",
+            expected="a store directory with manifest.json, which the writer publishes last",
         ) from exc
+
+
+def _open_config_access(config: VinOfflineStoreConfig) -> StoreAccess:
+    return open_store_access(config.store_dir, config.storage_options)
 
 
 def capture_store_generation(
@@ -167,9 +174,7 @@ def capture_store_generation(
 ) -> StoreGeneration:
     """The generation at the store path now (reads only the manifest's bytes for its hash)."""
     access = (
-        store
-        if isinstance(store, StoreAccess)
-        else open_store_access(as_store_config(store).store_dir)
+        store if isinstance(store, StoreAccess) else _open_config_access(as_store_config(store))
     )
     root = _stat_root(access)
     data, manifest_stat = _read_manifest_bytes(access)
@@ -369,7 +374,7 @@ class VinOfflineStoreReader:
         access: StoreAccess | None = None,
     ) -> None:
         self.config = as_store_config(store)
-        self.access = access if access is not None else open_store_access(self.config.store_dir)
+        self.access = access if access is not None else _open_config_access(self.config)
         self._lock = threading.RLock()
         self._zarr: dict[tuple[str, str], _ZarrBlock] = {}
         self._records: dict[tuple[str, str], _RecordBlock] = {}
@@ -402,9 +407,9 @@ class VinOfflineStoreReader:
     # ---- basics -----------------------------------------------------------------------
 
     @property
-    def store_dir(self) -> Path:
-        """Absolute store directory."""
-        return Path(self.access.root)
+    def store_dir(self) -> Path | str:
+        """Absolute store directory (a ``Path``), or the store's URL for remote stores."""
+        return self.access.root if self.access.is_remote else Path(self.access.root)
 
     @property
     def num_samples(self) -> int:
