@@ -42,14 +42,14 @@ const CSV_COLUMNS = [
 const COLUMNS: VTColumn[] = [
   { key: "module_path", label: "Module", minWidth: 160, grow: 3 },
   { key: "call_index", label: "Call", minWidth: 50, align: "right" },
-  { key: "direction", label: "Side", minWidth: 64 },
-  { key: "tensor_path", label: "Tensor", minWidth: 120, grow: 2 },
-  { key: "shape", label: "Shape", minWidth: 110, grow: 1 },
-  { key: "dtype", label: "Dtype", minWidth: 110 },
-  { key: "device", label: "Device", minWidth: 70 },
-  { key: "numel", label: "Numel", minWidth: 80, align: "right" },
-  { key: "sampled_bytes", label: "Bytes", minWidth: 70, align: "right", title: "Source-dtype bytes of the sampled values" },
-  { key: "sample_omission_reason", label: "Not sampled because", minWidth: 140, grow: 1 },
+  { key: "direction", label: "Side", minWidth: 60 },
+  { key: "tensor_path", label: "Tensor", minWidth: 110, grow: 2 },
+  { key: "shape", label: "Shape", minWidth: 90, grow: 1 },
+  { key: "dtype", label: "Dtype", minWidth: 100 },
+  { key: "device", label: "Device", minWidth: 64 },
+  { key: "numel", label: "Numel", minWidth: 70, align: "right" },
+  { key: "sampled_bytes", label: "Bytes", minWidth: 60, align: "right", title: "Source-dtype bytes of the sampled values" },
+  { key: "sample_omission_reason", label: "Not sampled", minWidth: 100, grow: 1, title: "Why the values were not sampled (metadata only)" },
 ];
 
 const FITTED_COLUMNS = ["module_path", "tensor_path", "shape", "dtype", "sample_omission_reason"];
@@ -262,7 +262,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     table.setRowCount(snaps.length);
     // Paths are what people read here: size those columns to their longest entry
     // (bounded; the user can still drag a header edge).
-    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 520 : 360);
+    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 420 : 300);
     download.disabled = snaps.length === 0;
     loadSummary();
   }
