@@ -144,6 +144,8 @@ describe("snapshot browser", () => {
     model.kernelSet("snapshot_table", p);
     rowEl(el, 0).click();
     expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["0.1", "0.33333334", "NaN", "3", "4", "5"]);
+    // the CSV keeps what the kernel holds, as vinlens.export writes it
+    expect(snapshotsCsv(new Snapshots(p)).split("\r\n")[1]).toContain('"[0.10000000149011612,0.3333333432674408,""NaN"",3,4,5]"');
   });
 
   it("sizes the path columns to their content, shows full text on hover, never clips a header", () => {

@@ -81,11 +81,15 @@ export class Snapshots {
     return this.values.subarray(start, start + this.num(row, "values_count"));
   }
 
-  /** Sampled values as text: booleans as true/false, integers exactly, floats at their dtype's precision. */
-  sampleText(row: number): string[] {
+  /**
+   * Sampled values as text: booleans as true/false, integers exactly, floats at their
+   * dtype's precision (`exact`: as the kernel holds them, for the CSV that must match
+   * `vinlens.export`).
+   */
+  sampleText(row: number, exact = false): string[] {
     const dtype = this.text(row, "dtype");
     const isBool = dtype === "torch.bool";
-    const bits = MANTISSA_BITS[dtype];
+    const bits = exact ? undefined : MANTISSA_BITS[dtype];
     return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v, bits)));
   }
 
@@ -132,7 +136,7 @@ export function snapshotsCsv(s: Snapshots): string {
   for (let r = 0; r < s.length; r++) {
     const cells = CSV_COLUMNS.map((name) => {
       // JSON like vinlens.export writes it: non-finite floats as strings.
-      if (name === "values") return csvField(`[${s.sampleText(r).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
+      if (name === "values") return csvField(`[${s.sampleText(r, true).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
       return csvField(s.text(r, name));
     });
     lines.push(cells.join(","));
