@@ -156,13 +156,13 @@ describe("snapshot browser", () => {
     const { el } = setup({ snapshot_table: p });
     const grid = el.querySelector<HTMLElement>(".vl-sb-results .vl-vt")!;
     const tracks = grid.style.getPropertyValue("--vl-vt-cols").split(" ");
-    expect(tracks[0]).toBe(`${Math.min(420, long.length * 7 + 18)}px`); // jsdom: estimated width
+    expect(tracks[0]).toBe(`minmax(${Math.min(420, long.length * 7 + 18)}px,`); // jsdom: estimated width
     const cell = rowEl(el, 0).querySelector<HTMLElement>('[data-key="module_path"]')!;
     expect(cell.title).toBe(long);
     const last = el.querySelector<HTMLElement>('.vl-sb-results .vl-vt-hcell[data-key="sample_omission_reason"]')!;
     expect(last.title).toBe("Not sampled: Why the values were not sampled (metadata only)");
     // the last track is never narrower than its label needs
-    expect(Number.parseInt(tracks.at(-1)!, 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled".length * 7.5) + 18);
+    expect(Number.parseInt(tracks.at(-2)!.replace("minmax(", ""), 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled".length * 8.2) + 22);
     expect(el.querySelectorAll(".vl-sb-results .vl-vt-resizer").length).toBe(10);
   });
 
