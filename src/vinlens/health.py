@@ -22,7 +22,6 @@ import contextlib
 import math
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,7 +31,7 @@ from torch import nn
 
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.capture import _children
-from vinlens.model_inspection.summary import BLOCK_ELEMENTS, _blocks, summarize_tensor
+from vinlens.model_inspection.summary import BLOCK_ELEMENTS, _blocks, _SummaryCache
 
 __all__ = [
     "ActivationAccumulator",
@@ -314,30 +313,8 @@ def _instance_hooks(
         yield
 
 
-class _SummaryCache:
-    """Summaries of tensors seen during one forward, keyed by identity and version.
-
-    The output of one module is usually the input of the next: it is reduced once.
-    A tensor modified in place gets a new version and is reduced again; an entry
-    whose tensor was freed is never reused (the weak reference is dead).
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, TensorSummary]] = {}
-
-    def summary(self, tensor: torch.Tensor) -> TensorSummary:
-        key = id(tensor)
-        version = tensor._version
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is tensor and entry[1] == version:
-            return entry[2]
-        summary = summarize_tensor(tensor)
-        if len(self._entries) > 4096:
-            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        # Tensor subclasses without weak references are simply not cached.
-        with contextlib.suppress(TypeError):
-            self._entries[key] = (weakref.ref(tensor), version, summary)
-        return summary
+class _TraceCache(_SummaryCache):
+    """Summaries shared across one forward (see :class:`_SummaryCache`), as traces."""
 
     def traces(self, value: object, root: str) -> tuple[TensorTrace, ...]:
         return tuple(
@@ -347,7 +324,7 @@ class _SummaryCache:
 
 
 def _inputs_traces(
-    cache: _SummaryCache, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    cache: _TraceCache, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> tuple[TensorTrace, ...]:
     return cache.traces(args, "args") + (cache.traces(kwargs, "kwargs") if kwargs else ())
 
@@ -385,7 +362,7 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     """
     _check_model(model)
     _check_callable(run, "takes no arguments and drives the forward")
-    cache = _SummaryCache()
+    cache = _TraceCache()
     counts: dict[str, int] = {}
     pending: dict[tuple[int, str], list[tuple[int, tuple[TensorTrace, ...]]]] = {}
     # (path, call index, inputs, outputs) of the true origin and of the first call that

@@ -5,7 +5,14 @@ import threading
 import pytest
 import traitlets
 
-from vinlens.widgets._base import CommandCancelled, CommandError, VinlensWidget, command
+from vinlens.widgets._base import (
+    BrowserSafeState,
+    CommandCancelled,
+    CommandError,
+    TableExport,
+    VinlensWidget,
+    command,
+)
 
 
 class Echo(VinlensWidget):
@@ -237,3 +244,43 @@ def test_background_commands_run_on_the_widgets_own_threads():
     a.close()
     reply = b.run_command("long")  # closing one widget leaves the other's runtime alone
     assert reply["kind"] == "result"
+
+
+def test_unknown_keywords_fail_for_every_widget():
+    with pytest.raises(TypeError, match=r"Echo got unexpected keyword argument\(s\) valeu$"):
+        Echo(valeu=3)
+    assert Echo(value=3).value == 3
+
+
+def test_browser_updates_that_do_not_validate_become_the_widgets_error():
+    class Safe(BrowserSafeState):
+        _esm = "export default { render() {} }"
+        mode = traitlets.Enum(("grid", "single"), default_value="grid").tag(sync=True)
+
+    w = Safe()
+    w.set_state({"mode": "sideways"})  # what ipywidgets calls for a browser update
+    assert w.mode == "grid" and w.status == "error"
+    assert "ignored a browser update of mode" in w.error and "sideways" in w.error
+    w.set_state({"mode": "single"})
+    assert w.mode == "single"
+
+
+def test_one_export_mixin_serves_every_table_widget():
+    from vinlens.widgets import (
+        ConfigTreeWidget,
+        CoverageHeatmapWidget,
+        ModuleTableWidget,
+        SnapshotBrowserWidget,
+        SnapshotTableWidget,
+    )
+
+    for widget_type in (
+        ConfigTreeWidget,
+        CoverageHeatmapWidget,
+        ModuleTableWidget,
+        SnapshotBrowserWidget,
+        SnapshotTableWidget,
+    ):
+        assert issubclass(widget_type, TableExport)
+        for name in ("to_rows", "to_dataframe", "export"):
+            assert getattr(widget_type, name) is getattr(TableExport, name), (widget_type, name)

@@ -26,10 +26,11 @@ from typing import Any, Literal, TypeAlias
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 from torch.utils.hooks import RemovableHandle
 
 from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
-from vinlens.model_inspection.summary import TensorSummary, summarize_tensor
+from vinlens.model_inspection.summary import TensorSummary, _SummaryCache, stored_elements
 
 __all__ = [
     "CaptureLimits",
@@ -49,7 +50,7 @@ Direction: TypeAlias = Literal["input", "output"]
 class CaptureLimits:
     """Positive quotas for one ModelCapture instance.
 
-    Tensor-count and byte quotas are cumulative across every call and context
+    Tensor-count, byte and summary quotas are cumulative across every call and context
     entrance made with the instance. Traversal quotas restart for each module
     invocation's combined positional/keyword inputs and separately for its
     output. These limits bound inspected nodes and copied numeric payload; they
@@ -63,6 +64,10 @@ class CaptureLimits:
         max_traversal_nodes: Maximum containers, leaves, and tensors visited in one input or
             output walk.
         max_container_depth: Maximum container edges followed from an input or output root.
+        max_summary_elements: Maximum source elements read, across the instance, to
+            compute :attr:`TensorSnapshot.summary` (whole-tensor reductions on the tensor's
+            device); a tensor that no longer fits gets no summary. 0 turns summaries off.
+            Each summary reads its tensor four to six times, so this bounds their cost.
     """
 
     max_tensors: int = 64
@@ -70,19 +75,23 @@ class CaptureLimits:
     max_bytes: int = 16 * 1024
     max_traversal_nodes: int = 4096
     max_container_depth: int = 32
+    max_summary_elements: int = 1 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            # Summaries are an extra that may be switched off; every other quota must allow
+            # some progress.
+            expected = "non-negative" if field.name == "max_summary_elements" else "positive"
             # bool is an int subclass, but ``max_tensors=True`` is always a mistake.
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(
-                    f"CaptureLimits.{field.name} must be a positive int, "
+                    f"CaptureLimits.{field.name} must be a {expected} int, "
                     f"got {type(value).__name__} {value!r}"
                 )
-            if value <= 0:
+            if value < 0 or (value == 0 and expected == "positive"):
                 raise ValueError(
-                    f"CaptureLimits.{field.name} must be a positive int, got {value!r}"
+                    f"CaptureLimits.{field.name} must be a {expected} int, got {value!r}"
                 )
 
     @classmethod
@@ -393,6 +402,11 @@ class ModelCapture:
         # Per (thread, path): stack of (call index, id of the args tuple) for calls in flight.
         self._pending: dict[tuple[int, str], list[tuple[int, int]]] = {}
         self._handles: list[RemovableHandle] = []
+        # Modules given a with-kwargs flag for the global pre-hook, and that hook's id.
+        self._flagged: list[nn.Module] = []
+        self._global_pre_id: int | None = None
+        self._summaries = _SummaryCache()
+        self._summary_elements = 0
         self._active = False
 
     # -- public surface ------------------------------------------------------------------
@@ -420,14 +434,25 @@ class ModelCapture:
 
     def close(self) -> None:
         """Remove this capture's hooks and pending calls; repeated calls are safe."""
-        handles, self._handles = self._handles, []
         try:
-            for handle in handles:
-                handle.remove()
+            self._remove_hooks()
         finally:
             with self._lock:
                 self._pending.clear()
             self._active = False
+
+    def _remove_hooks(self) -> None:
+        """Remove every hook and restore every module's kwargs flags; safe mid-forward."""
+        handles, self._handles = self._handles, []
+        flagged, self._flagged = self._flagged, []
+        hook_id, self._global_pre_id = self._global_pre_id, None
+        try:
+            for handle in handles:
+                handle.remove()
+        finally:
+            if hook_id is not None:
+                for module in flagged:
+                    module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
 
     def __enter__(self) -> ModelCapture:
         if self._active:
@@ -447,18 +472,75 @@ class ModelCapture:
                 stacklevel=2,
             )
         self._active = True
+        if self._exhausted:  # quotas used up by an earlier entrance: nothing to observe
+            return self
         try:
-            for label, module in targets:
-                self._handles.append(
-                    module.register_forward_pre_hook(self._make_pre_hook(label), with_kwargs=True)
-                )
-                self._handles.append(
-                    module.register_forward_hook(self._make_post_hook(label), always_call=True)
-                )
+            self._register(targets)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _register(self, targets: Sequence[tuple[str, nn.Module]]) -> None:
+        """Hook the targets: one global hook pair for a whole-model capture, else per module.
+
+        Registering two instance hooks per module costs more than a light CNN's whole
+        forward, so a capture of every module registers one global pre-hook and one
+        global forward hook, filtered by module identity, plus a with-kwargs flag per
+        module (restored on close). Modules that already carry instance forward hooks
+        keep instance hooks, so ours still run after theirs and observe their changes.
+        A capture of a few paths uses instance hooks only: global hooks would put
+        every other module's call on PyTorch's slower hooked path.
+        """
+        instance: list[tuple[str, nn.Module]] = []
+        global_targets: dict[int, str] = {}
+        if self._module_paths is None:
+            for label, module in targets:
+                if module._forward_pre_hooks or module._forward_hooks:
+                    instance.append((label, module))
+                else:
+                    global_targets[id(module)] = label
+        else:
+            instance = list(targets)
+        if global_targets:
+            self._register_global(targets, global_targets)
+        for label, module in instance:
+            self._handles.append(
+                module.register_forward_pre_hook(self._make_pre_hook(label), with_kwargs=True)
+            )
+            self._handles.append(
+                module.register_forward_hook(self._make_post_hook(label), always_call=True)
+            )
+
+    def _register_global(
+        self, targets: Sequence[tuple[str, nn.Module]], labels: dict[int, str]
+    ) -> None:
+        on_input, on_output = self._on_input, self._on_output
+        find = labels.get
+
+        def pre_hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+        ) -> None:
+            label = find(id(module))
+            if label is not None:
+                on_input(label, args, kwargs if kwargs is not None else {})
+
+        def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            label = find(id(module))
+            if label is not None:
+                on_output(label, args, output)
+
+        handle = _torch_module.register_module_forward_pre_hook(pre_hook)
+        self._handles.append(handle)
+        self._global_pre_id = handle.id
+        for _, module in targets:
+            if id(module) in labels:
+                # PyTorch passes kwargs to any pre-hook whose id a module flags, global or not.
+                module._forward_pre_hooks_with_kwargs[handle.id] = True
+                self._flagged.append(module)
+        self._handles.append(
+            _torch_module.register_module_forward_hook(post_hook, always_call=True)
+        )
 
     def __exit__(
         self,
@@ -520,29 +602,39 @@ class ModelCapture:
     def _make_pre_hook(
         self, label: str
     ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        on_input = self._on_input
+
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if self._exhausted:
-                return
-            key = (threading.get_ident(), label)
-            with self._lock:
-                index = self._call_counts.get(label, 0)
-                self._call_counts[label] = index + 1
-                self._pending.setdefault(key, []).append((index, id(args)))
-            roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
-            self._walk(label, index, "input", roots)
+            on_input(label, args, kwargs)
 
         return pre_hook
 
     def _make_post_hook(self, label: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        on_output = self._on_output
+
         def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if self._exhausted:
-                return
-            index = self._pop_pending((threading.get_ident(), label), id(args))
-            if index is None:  # the call began before this capture was entered
-                return
-            self._walk(label, index, "output", (("output", output),))
+            on_output(label, args, output)
 
         return post_hook
+
+    def _on_input(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._exhausted:
+            return
+        key = (threading.get_ident(), label)
+        with self._lock:
+            index = self._call_counts.get(label, 0)
+            self._call_counts[label] = index + 1
+            self._pending.setdefault(key, []).append((index, id(args)))
+        roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
+        self._walk(label, index, "input", roots)
+
+    def _on_output(self, label: str, args: tuple[Any, ...], output: Any) -> None:
+        if self._exhausted:
+            return
+        index = self._pop_pending((threading.get_ident(), label), id(args))
+        if index is None:  # the call began before this capture was entered
+            return
+        self._walk(label, index, "output", (("output", output),))
 
     def _pop_pending(self, key: tuple[int, str], args_id: int) -> int | None:
         """The call index of the invocation now finishing.
@@ -615,7 +707,9 @@ class ModelCapture:
         if self._exhausted:
             return
         # Reduced before taking the lock: it reads the whole tensor, sampling does not.
-        summary = self._summary(tensor) if reason is None else None
+        summary = None
+        if reason is None and self._limits.max_summary_elements:
+            summary = self._summary(tensor)
         with self._lock:
             if self._exhausted:
                 return
@@ -641,13 +735,25 @@ class ModelCapture:
                 or self._sampled_bytes >= limits.max_bytes
             ):
                 self._exhausted = True
+        if self._exhausted:
+            # Nothing more can be recorded: the rest of the forward runs unhooked. Hook
+            # tables are copied before PyTorch iterates them, so removal here is safe.
+            self._remove_hooks()
 
-    @staticmethod
-    def _summary(tensor: torch.Tensor) -> TensorSummary | None:
+    def _summary(self, tensor: torch.Tensor) -> TensorSummary | None:
+        """The tensor's summary while ``max_summary_elements`` allows, else None."""
         if not tensor.is_floating_point():
             return None
+        cached = self._summaries.get(tensor)
+        if cached is not None:
+            return cached
+        elements = stored_elements(tensor)
+        with self._lock:
+            if self._summary_elements + elements > self._limits.max_summary_elements:
+                return None
+            self._summary_elements += elements
         try:
-            return summarize_tensor(tensor)
+            return self._summaries.summary(tensor)
         except Exception:  # exotic subclasses: the snapshot keeps its sample and metadata
             return None
 

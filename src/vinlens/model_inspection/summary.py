@@ -25,7 +25,9 @@ independent of their number.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ __all__ = [
     "BLOCK_ELEMENTS",
     "SummaryAccumulator",
     "TensorSummary",
+    "stored_elements",
     "summarize_tensor",
 ]
 
@@ -203,6 +206,45 @@ def summary_unsupported_reason(tensor: torch.Tensor) -> str | None:
     return None
 
 
+def stored_elements(tensor: torch.Tensor) -> int:
+    """Elements a summary of ``tensor`` reads: expanded (stride-0) dimensions count once."""
+    return _unexpanded(tensor)[0].numel()
+
+
+class _SummaryCache:
+    """Summaries of tensors seen during a forward, keyed by identity and version.
+
+    The output of one module is usually the input of the next: it is reduced once.
+    A tensor modified in place gets a new version and is reduced again; an entry
+    whose tensor was freed is never reused (its weak reference is dead).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, TensorSummary]] = {}
+
+    def get(self, tensor: torch.Tensor) -> TensorSummary | None:
+        if tensor.is_inference():  # no version counter to tell in-place changes: not cached
+            return None
+        entry = self._entries.get(id(tensor))
+        if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
+            return entry[2]
+        return None
+
+    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+        cached = self.get(tensor)
+        if cached is not None:
+            return cached
+        summary = summarize_tensor(tensor)
+        if tensor.is_inference():
+            return summary
+        if len(self._entries) >= 4096:
+            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+        # Tensor subclasses without weak references are simply not cached.
+        with contextlib.suppress(TypeError):
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, summary)
+        return summary
+
+
 # --------------------------------------------------------------------------- computation
 
 
@@ -242,39 +284,71 @@ def _unexpanded(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return tensor.as_strided(kept, stride, tensor.storage_offset()), repeat
 
 
-def _scalars(values: list[torch.Tensor]) -> list[float]:
-    """Reduction results as Python floats, in one host transfer when they live on a device."""
-    if values[0].device.type == "cpu":
-        return [value.item() for value in values]
-    return torch.stack([value.to(torch.float64) for value in values]).tolist()
-
-
 def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bool:
-    """Reductions on the whole strided view; False (nothing added) when a value is not finite."""
-    total, norm, low, high, nonzero = _scalars(
-        [
-            tensor.sum(),
-            torch.linalg.vector_norm(tensor),
-            tensor.amin(),
-            tensor.amax(),
-            torch.count_nonzero(tensor),
-        ]
-    )
-    # A NaN or an infinity makes the sum or an extreme non-finite; an overflowing sum of
-    # squares makes the norm infinite. Either way the exact blockwise path takes over.
-    if not (math.isfinite(total) and math.isfinite(norm)):
-        return False
-    if not (math.isfinite(low) and math.isfinite(high)):
+    """Reductions on the whole strided view; False (nothing added) when a value is not finite.
+
+    On the CPU each reduction's scalar is read at once, so a NaN skips the rest and
+    the zero count runs only when 0 lies within [min, max]; on a device all of them
+    are queued and read in one transfer.
+    """
+    if tensor.device.type == "cpu":
+        total = tensor.sum().item()
+        low = tensor.amin().item()
+        high = tensor.amax().item()
+        # A NaN or an infinity makes the sum or an extreme non-finite: the exact blockwise
+        # path takes over.
+        if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+            return False
+        norm = torch.linalg.vector_norm(tensor).item()
+        zeros = _count_zeros(tensor) if low <= 0.0 <= high else 0
+    else:
+        bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
+        values: list[float] = torch.stack(
+            [
+                tensor.sum().to(torch.float64),
+                tensor.amin().to(torch.float64),
+                tensor.amax().to(torch.float64),
+                torch.linalg.vector_norm(tensor).to(torch.float64),
+                torch.count_nonzero(bits).to(torch.float64),
+                (bits.amin() == _NEGATIVE_ZERO_BITS[tensor.dtype]).to(torch.float64),
+            ]
+        ).tolist()
+        total, low, high, norm, nonzero, negative_zero = values
+        if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+            return False
+        zeros = _count_zeros(tensor) if negative_zero else tensor.numel() - int(nonzero)
+    # An overflowing sum of squares (values near the dtype's maximum) also goes blockwise.
+    if not math.isfinite(norm):
         return False
     n = tensor.numel()
     mean = total / n
     m2 = max(norm * norm - n * mean * mean, 0.0)
     acc.count += n * repeat
-    acc.zeros += (n - int(nonzero)) * repeat
+    acc.zeros += zeros * repeat
     acc.minimum = min(acc.minimum, low)
     acc.maximum = max(acc.maximum, high)
     acc._add_moments(n * repeat, mean, m2 * repeat)
     return True
+
+
+# Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero
+# integers counts non-zero floats, except -0.0, whose pattern is the integer minimum.
+_SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64}
+_NEGATIVE_ZERO_BITS = {torch.float32: -(2**31), torch.float64: -(2**63)}
+
+
+def _count_zeros(tensor: torch.Tensor) -> int:
+    """Exact count of zeros (both signs) with reductions only, no full-size mask."""
+    bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
+    zeros = tensor.numel() - int(torch.count_nonzero(bits).item())
+    if int(bits.amin().item()) == _NEGATIVE_ZERO_BITS[tensor.dtype]:
+        # Rare -0.0 values: counted exactly, one bounded block at a time.
+        negative = sum(
+            int(((block == 0) & (block.view(bits.dtype) != 0)).sum().item())
+            for block in _blocks(tensor, BLOCK_ELEMENTS)
+        )
+        zeros += negative
+    return zeros
 
 
 def _blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:

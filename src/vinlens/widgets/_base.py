@@ -59,7 +59,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,15 +217,68 @@ def command(
     return decorate
 
 
-def widget_asset(name: str) -> Path:
-    """Path of a built front-end file; a clear error when the bundle was never built."""
-    path = STATIC_DIR / name
-    if not path.exists():
-        raise FileNotFoundError(
-            f"vinlens front-end bundle {path} is missing; build it with `npm run build` "
-            "in the vinlens source tree (scripts/setup.sh does this)"
+class WidgetAsset:
+    """A built front-end file (``static/<name>``), looked up when a widget is created.
+
+    Importing :mod:`vinlens.widgets` never needs the bundle, so a fresh clone imports
+    (and its engines, CLI and tests run) before ``npm run build``; creating a widget
+    without the bundle is a clear error naming the missing file. The file's contents
+    object is made once per asset and shared by every widget of that class, so with
+    ``ANYWIDGET_HMR=1`` one watcher per file pushes rebuilt code to every live view.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._contents: object | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return STATIC_DIR / self.name
+
+    def resolve(self) -> object:
+        """What anywidget takes as ``_esm``/``_css``; FileNotFoundError when not built."""
+        with self._lock:
+            if self._contents is None:
+                path = self.path
+                if not path.is_file():
+                    raise FileNotFoundError(
+                        f"vinlens front-end bundle {path} is missing; build it with "
+                        "`npm run build` in the vinlens source tree (scripts/setup.sh does this)"
+                    )
+                self._contents = _file_contents(path)
+            return self._contents
+
+    def __repr__(self) -> str:
+        return f"WidgetAsset({self.name!r})"
+
+
+def _file_contents(path: Path) -> object:
+    """anywidget's own file object (it hot-reloads under ANYWIDGET_HMR=1), else the text."""
+    try:
+        from anywidget._util import try_file_contents
+    except ImportError:  # an anywidget that moved its helper: no hot reload, same code
+        return path.read_text(encoding="utf-8")
+    return try_file_contents(path) or path.read_text(encoding="utf-8")
+
+
+def widget_asset(name: str) -> WidgetAsset:
+    """The built front-end file ``static/<name>``, looked up when a widget is created."""
+    return WidgetAsset(name)
+
+
+def reject_unknown_kwargs(
+    widget_type: type[anywidget.AnyWidget], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise TypeError for keywords that are not traits of ``widget_type``.
+
+    traitlets only warns about unknown keywords; a typo should fail where it is made.
+    """
+    unknown = sorted(set(kwargs) - set(widget_type.class_trait_names()))
+    if unknown:
+        raise TypeError(
+            f"{widget_type.__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
         )
-    return path
 
 
 class VinlensWidget(anywidget.AnyWidget):
@@ -248,6 +301,12 @@ class VinlensWidget(anywidget.AnyWidget):
         cls._commands = commands
 
     def __init__(self, **kwargs: Any) -> None:
+        reject_unknown_kwargs(type(self), kwargs)
+        for key in ("_esm", "_css"):
+            asset = getattr(type(self), key, None)
+            if isinstance(asset, WidgetAsset):
+                # anywidget reads these from the instance when it adds its traits.
+                setattr(self, key, asset.resolve())
         # The runtime's state exists before traitlets run validators or observers.
         self._tasks: dict[str, CommandTask] = {}
         self._tasks_lock = threading.Lock()
@@ -500,3 +559,52 @@ class VinlensWidget(anywidget.AnyWidget):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"command {name!r} did not answer within {timeout}s")
             time.sleep(0.01)
+
+
+class BrowserSafeState(VinlensWidget):
+    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
+
+    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
+    would raise there. Here it becomes the widget's error message and the old value stays.
+    """
+
+    def set_state(self, sync_data: Any) -> None:
+        try:
+            super().set_state(sync_data)
+        except Exception as exc:
+            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
+            self._report_error("", f"ignored a browser update of {names}: {exc}")
+
+    def _from_browser(self, name: str) -> bool:
+        """True while ipywidgets applies a browser update of traitlet ``name``."""
+        return name in (getattr(self, "_property_lock", None) or {})
+
+
+class TableExport:
+    """``to_rows`` / ``to_dataframe`` / ``export`` of the one table a widget shows.
+
+    A widget lists its table's records in :meth:`_export_records` (engine records, e.g.
+    the ``ModuleMetadata`` of every module); the three methods hand them to
+    :mod:`vinlens.export`, so every widget exports the same way as a script does.
+    """
+
+    def _export_records(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per row of the table shown (the engine record's fields)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self._export_records())
+
+    def to_dataframe(self) -> Any:
+        """The table shown as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self._export_records())
+
+    def export(self, path: str | Path) -> Path:
+        """Write the table shown to ``path`` as CSV, JSON or Parquet, chosen by the suffix."""
+        from vinlens.export import export
+
+        return export(self._export_records(), path)

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from vinlens.export import display_text
 from vinlens.store.format import VinOfflineStoreError
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 
-__all__ = ["AcquisitionState", "reject_unknown_kwargs", "static_png_html"]
-
-
-def reject_unknown_kwargs(widget_type: type[VinlensWidget], kwargs: Mapping[str, Any]) -> None:
-    """Raise TypeError for keywords that are not traits of ``widget_type``.
-
-    traitlets only warns about unknown keywords; a typo should fail where it is made.
-    """
-    unknown = sorted(set(kwargs) - set(widget_type.class_trait_names()))
-    if unknown:
-        raise TypeError(
-            f"{widget_type.__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-        )
+__all__ = ["AcquisitionState", "esc", "static_png_html"]
 
 
 def acquisition_state(
@@ -150,13 +139,17 @@ class AcquisitionState:
             raise
 
 
+def esc(text: str) -> str:
+    """Kernel text for static HTML: escaped, and readable when it is not valid Unicode."""
+    return html.escape(display_text(text))
+
+
 def static_png_html(render: Callable[[], bytes], *, alt: str, unavailable: str) -> str:
     """An inline ``<img>`` of ``render()``, or a note naming why it could not be drawn.
 
     The static HTML fallback still shows its numbers when plotting fails, so the error
     becomes a line of text (``unavailable`` names what is missing) instead of a raise.
     """
-    esc = html.escape
     try:
         png = render()
     except Exception as exc:  # the numbers around it are still worth showing

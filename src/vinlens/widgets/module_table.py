@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ import traitlets
 from torch import nn
 
 from vinlens.model_inspection import ROOT_PATH
-from vinlens.widgets._base import VinlensWidget, command, widget_asset
+from vinlens.widgets._base import BrowserSafeState, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table
 from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
 
@@ -93,34 +92,6 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
         "types": types,
     }
     return table, summary
-
-
-class BrowserSafeState(VinlensWidget):
-    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
-
-    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
-    would raise there. Here it becomes the widget's error message and the old value stays.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        # traitlets only warns about unknown keywords; a typo should fail where it is made.
-        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-            )
-        super().__init__(**kwargs)
-
-    def set_state(self, sync_data: Any) -> None:
-        try:
-            super().set_state(sync_data)
-        except Exception as exc:
-            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
-            self._report_error("", f"ignored a browser update of {names}: {exc}")
-
-    def _from_browser(self, name: str) -> bool:
-        """True while ipywidgets applies a browser update of traitlet ``name``."""
-        return name in (getattr(self, "_property_lock", None) or {})
 
 
 class ModuleTableState(BrowserSafeState):
@@ -205,7 +176,7 @@ def _inspect(model: nn.Module) -> Any:
     return inspect_model(model)
 
 
-class ModuleTableWidget(ModuleTableState):
+class ModuleTableWidget(ModuleTableState, TableExport):
     """The registered modules of ``model``: tree or flat, sortable, filterable, selectable.
 
     ``selected_paths`` is synced both ways with the browser and with ``selection``, a
@@ -250,21 +221,5 @@ class ModuleTableWidget(ModuleTableState):
         self.refresh()
         return {"module_count": len(self._metadata.modules)}
 
-    # -- export ----------------------------------------------------------------------------
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per module (``ModuleMetadata`` fields)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self._metadata.modules)
-
-    def to_dataframe(self) -> Any:
-        """The module table as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self._metadata.modules)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the module table to CSV, JSON or Parquet, chosen by the suffix."""
-        from vinlens.export import export
-
-        return export(self._metadata.modules, path)
+    def _export_records(self) -> Any:
+        return self._metadata.modules

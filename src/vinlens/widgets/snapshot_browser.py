@@ -19,18 +19,16 @@ import dataclasses
 import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.widgets._base import CommandError, command, widget_asset
+from vinlens.widgets._base import BrowserSafeState, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_array, encode_table
 from vinlens.widgets._selection import ModuleSelection
 from vinlens.widgets.module_table import (
-    BrowserSafeState,
     ModuleTableState,
     ModuleTableWidget,
     _inspect,
@@ -143,7 +141,7 @@ def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
     return {"table": table, "values": encode_array(flat)}
 
 
-class SnapshotView(BrowserSafeState):
+class SnapshotView(BrowserSafeState, TableExport):
     """Traitlets and export of a snapshot table (shared by the browser and the read-only view)."""
 
     snapshot_table = traitlets.Dict().tag(sync=True)
@@ -193,23 +191,8 @@ class SnapshotView(BrowserSafeState):
         """The ``TensorSnapshot`` records shown (empty before the first capture)."""
         return () if self._capture is None else tuple(self._capture.snapshots)
 
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per snapshot (``TensorSnapshot`` fields)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self.snapshots)
-
-    def to_dataframe(self) -> Any:
-        """The snapshots as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self.snapshots)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the snapshots to CSV, JSON or Parquet, chosen by the suffix."""
-        from vinlens.export import export
-
-        return export(self.snapshots, path)
+    def _export_records(self) -> Any:
+        return self.snapshots
 
 
 class SnapshotTableWidget(SnapshotView):
