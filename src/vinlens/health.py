@@ -179,6 +179,17 @@ class ActivationAccumulator:
     def __init__(self) -> None:
         self._modules: dict[str, SummaryAccumulator] = {}
         self.batches = 0
+        # A container's output is usually its last child's tensor: reduced once.
+        self._cache = _SummaryCache()
+
+    def __getstate__(self) -> dict[str, object]:
+        # The per-forward cache holds weak references; accumulators travel without it.
+        return {"_modules": self._modules, "batches": self.batches}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._modules = state["_modules"]
+        self.batches = state["batches"]
+        self._cache = _SummaryCache()
 
     def update(self, module_path: str, value: object) -> ActivationAccumulator:
         """Add the floating tensors found in ``value`` (a module output) to ``module_path``."""
@@ -186,7 +197,7 @@ class ActivationAccumulator:
         if accumulator is None:
             accumulator = self._modules[module_path] = SummaryAccumulator()
         for _, tensor in _floating_tensors(value, "output"):
-            accumulator.update(tensor)
+            accumulator.merge(self._cache.moments(tensor))
         return self
 
     def merge(self, other: ActivationAccumulator) -> ActivationAccumulator:
@@ -215,6 +226,10 @@ class ActivationAccumulator:
 
 def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for the real floating dense tensors in a bounded walk of ``value``."""
+    if isinstance(value, torch.Tensor):  # the common module output: no walk
+        if _summarizable(value):
+            yield root, value
+        return
     nodes_left = MAX_WALK_NODES
     stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(((root, value),)), 0)]
     while stack:
@@ -228,12 +243,7 @@ def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Ten
         nodes_left -= 1
         path, node = item
         if isinstance(node, torch.Tensor):
-            if (
-                node.is_floating_point()
-                and node.layout == torch.strided
-                and not node.is_meta
-                and not node.is_nested
-            ):
+            if _summarizable(node):
                 yield path, node
             continue
         if depth >= MAX_WALK_DEPTH:
@@ -241,6 +251,15 @@ def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Ten
         grandchildren = _children(node, path)
         if grandchildren is not None:
             stack.append((grandchildren, depth + 1))
+
+
+def _summarizable(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.is_floating_point()
+        and tensor.layout == torch.strided
+        and not tensor.is_meta
+        and not tensor.is_nested
+    )
 
 
 def _check_model(model: object, name: str = "model") -> nn.Module:

@@ -212,37 +212,44 @@ def stored_elements(tensor: torch.Tensor) -> int:
 
 
 class _SummaryCache:
-    """Summaries of tensors seen during a forward, keyed by identity and version.
+    """Moments of tensors seen during a forward, keyed by identity and version.
 
-    The output of one module is usually the input of the next: it is reduced once.
-    A tensor modified in place gets a new version and is reduced again; an entry
-    whose tensor was freed is never reused (its weak reference is dead).
+    The output of one module is usually the input of the next, and a container's
+    output is its last child's: each is reduced once. A tensor modified in place
+    gets a new version and is reduced again; an entry whose tensor was freed is
+    never reused (its weak reference is dead). Inference tensors have no version
+    counter and are never cached.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, TensorSummary]] = {}
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, SummaryAccumulator]] = {}
 
-    def get(self, tensor: torch.Tensor) -> TensorSummary | None:
-        if tensor.is_inference():  # no version counter to tell in-place changes: not cached
+    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
+        """The cached moments of ``tensor`` (do not modify them), or None."""
+        if tensor.is_inference():
             return None
         entry = self._entries.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
             return entry[2]
         return None
 
-    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+    def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
+        """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
         cached = self.get(tensor)
         if cached is not None:
             return cached
-        summary = summarize_tensor(tensor)
+        moments = SummaryAccumulator().update(tensor)
         if tensor.is_inference():
-            return summary
+            return moments
         if len(self._entries) >= 4096:
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
         # Tensor subclasses without weak references are simply not cached.
         with contextlib.suppress(TypeError):
-            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, summary)
-        return summary
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, moments)
+        return moments
+
+    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+        return self.moments(tensor).finish()
 
 
 # --------------------------------------------------------------------------- computation
