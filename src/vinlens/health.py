@@ -576,6 +576,8 @@ def compare_models(
     thread_a = threading.get_ident()
     grad_enabled = torch.is_grad_enabled()
     inference = torch.is_inference_mode_enabled()
+    # OpenMP thread counts are per thread: a new thread would otherwise use every core.
+    threads = torch.get_num_threads()
 
     def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
         arrive = step.arrive_a if side == "a" else step.arrive_b
@@ -593,6 +595,7 @@ def compare_models(
 
     def run_b() -> None:
         try:
+            torch.set_num_threads(threads)
             with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
                 run(model_b)
         except _Abort:
@@ -648,9 +651,12 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
     max_abs = 0.0
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
+        finite_before = summary_a.finite + summary_b.finite
         summary_a.update(a)
         summary_b.update(b)
-        for block_max, block_diff, block_a, block_b, block_dot in _pair_moments(a, b):
+        all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
+        pairs = _finite_pair_moments if all_finite else _pair_moments
+        for block_max, block_diff, block_a, block_b, block_dot in pairs(a, b):
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
             diff_sq += block_diff
             norm_a_sq += block_a
@@ -681,6 +687,45 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
         summary_a=summary_a.finish(),
         summary_b=summary_b.finish(),
     )
+
+
+def _finite_pair_moments(
+    a: torch.Tensor, b: torch.Tensor
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """:func:`_pair_moments` for two all-finite outputs: reductions in the source dtype.
+
+    One temporary per block (the difference); norms and products are dot products
+    of the blocks themselves, accumulated by the backend in the source precision.
+    """
+    a = a.detach()
+    b = b.detach()
+    if a.device != b.device:
+        b = b.to(a.device)
+    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
+        yield from _pair_moments(a, b)
+        return
+    rows: list[torch.Tensor] = []
+    for block_a, block_b in zip(
+        _blocks(a, BLOCK_ELEMENTS), _blocks(b, BLOCK_ELEMENTS), strict=True
+    ):
+        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
+        flat_b = block_b.reshape(-1)
+        delta = flat_a - flat_b
+        rows.append(
+            torch.stack(
+                [
+                    torch.maximum(delta.amax(), -delta.amin()) if delta.numel() else delta.sum(),
+                    torch.dot(delta, delta),
+                    torch.dot(flat_a, flat_a),
+                    torch.dot(flat_b, flat_b),
+                    torch.dot(flat_a, flat_b),
+                ]
+            ).to(torch.float64)
+        )
+    if not rows:
+        return
+    for row in torch.stack(rows).tolist():
+        yield row[0], row[1], row[2], row[3], row[4]
 
 
 def _pair_moments(
