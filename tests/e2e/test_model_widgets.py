@@ -294,3 +294,47 @@ def test_linked_selection_and_health_view_in_jupyterlab(lab: Any) -> None:
     browser.scroll_into_view_if_needed()
     lab.screenshot("snapshot-browser-warning-light", browser)
     assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []
+
+
+DEMO_SETUP = """
+from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets import AttributionViewerWidget, ModelHealthWidget, ModuleSelection, ModuleTableWidget
+images = {k: v[0] for k, v in make_camera_images(seed=3).items()}
+batch = {k: v[None] for k, v in images.items()}
+model = MultiCameraDemoModel()
+picked = ModuleSelection()
+"""
+
+
+def test_module_picked_in_the_table_is_the_attribution_layer_and_health_row(lab: Any) -> None:
+    page = lab.page
+    nb = lab.write_notebook(
+        "linked_selection.ipynb",
+        [
+            DEMO_SETUP,
+            "table = ModuleTableWidget(model, selection=picked)\ntable",
+            "health = ModelHealthWidget(model, lambda m: m(batch), selection=picked)\nhealth",
+            "viewer = AttributionViewerWidget(model, images, target_class=EVIDENCE_CLASS, "
+            "selection=picked, compute=False)\nviewer",
+        ],
+    )
+    lab.open(nb)
+    lab.run_all()
+    table = page.locator(".vl-module-table")
+    health = page.locator(".vl-model-health")
+    expect(health.locator(".vl-mh-origin-box")).to_contain_text("No NaN or Inf found")
+    table.locator(".vl-mt-view-flat").click()
+    table.locator(".vl-mt-search").fill("slam-left.conv2")
+    expect(table.locator(".vl-vt-row:not([hidden])")).to_have_count(1)
+    _name_cell(table.locator(".vl-vt-row:not([hidden])"), "encoders.slam-left.conv2").click()
+    expect(health.locator(".vl-vt-row.vl-selected .vl-mt-name")).to_have_text("conv2")
+    expect(health.locator(".vl-mh-detail")).to_contain_text("Output of encoders.slam-left.conv2")
+    expect(page.locator(".vl-av-layer")).to_have_value("encoders.{camera}.conv2")
+    assert lab.kernel_json("[picked.paths, health.selected_paths, viewer.selected_layer]") == [
+        ["encoders.slam-left.conv2"],
+        ["encoders.slam-left.conv2"],
+        "encoders.{camera}.conv2",
+    ]
+    health.scroll_into_view_if_needed()
+    lab.screenshot("model-health-demo-light", health)
+    assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []
