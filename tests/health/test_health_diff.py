@@ -126,7 +126,7 @@ def test_extra_modules_are_unpaired_and_calls_out_of_step_are_an_error() -> None
     # Restricted to one path, both make one call of it: comparable.
     diff = compare_models(TwoWay("fs"), TwoWay("fs"), run_on(x), module_paths=["second"])
     assert [m.module_path for m in diff.modules] == ["second"]
-    with pytest.raises(ValueError, match="'3'.*not in model_b"):
+    with pytest.raises(ValueError, match=r"'3'.*not in model_b"):
         compare_models(deep_model(depth=4), deep_model(depth=3), run_on(x), module_paths=["3"])
     with pytest.raises(ValueError, match="unknown module path"):
         compare_models(model_a, model_b, run_on(x), module_paths=["nope"])
@@ -174,7 +174,7 @@ def test_grad_mode_of_the_caller_applies_to_both_forwards() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     model = nn.Linear(2, 2)
-    with pytest.raises(TypeError, match="model_b must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"model_b must be a torch\.nn\.Module"):
         compare_models(model, None, lambda m: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="run must be a callable"):
         compare_models(model, model, 3)  # type: ignore[arg-type]

@@ -127,7 +127,7 @@ def test_outputs_are_unchanged_and_non_tensor_outputs_are_fine() -> None:
 
 
 def test_bad_arguments_are_refused() -> None:
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
         find_nonfinite_origin("model", lambda: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="run must be a callable"):
         find_nonfinite_origin(nn.Linear(2, 2), None)  # type: ignore[arg-type]
