@@ -97,6 +97,15 @@ def test_shards_merge_to_the_single_pass_and_pickle() -> None:
         np.testing.assert_allclose(a.map_sum, b.map_sum, rtol=1e-12)
         np.testing.assert_array_equal(a.histogram, b.histogram)
         assert [s.sample_id for s in a.most] == [s.sample_id for s in b.most]
+    # Folding the explain_cameras records batch by batch gives the same aggregate.
+    by_batch = AttributionAggregate("grad_cam", top_k=3)
+    for images, label in data:
+        records = explain_cameras(model, images, EVIDENCE_CLASS, targets)
+        by_batch = by_batch.update(records, label.tolist())
+    for a, b in zip(whole.accumulators, by_batch.accumulators, strict=True):
+        np.testing.assert_allclose(a.map_sum, b.map_sum, rtol=1e-12)
+        np.testing.assert_array_equal(a.histogram, b.histogram)
+        assert [s.sample_id for s in a.least] == [s.sample_id for s in b.least]
     finished = whole.finish()
     by_class = {(s.camera_key, s.class_index): s.count for s in finished}
     assert by_class[("rgb", None)] == 8 and by_class[("rgb", 0)] == 2 and by_class[("rgb", 1)] == 6

@@ -74,6 +74,9 @@ __all__ = [
 ]
 
 _TOP_SHARE = 0.1
+# aggregate_attributions folds explained batches into the histograms in groups of about
+# this many samples; the buffered records (with their image-size maps) stay a few MB.
+_FOLD_SAMPLES = 64
 _RELATIVE_EPS = 1e-8
 RELIANCE_BASELINES: tuple[str, ...] = ("zeros", "mean")
 """Named baselines :func:`camera_reliance_over` accepts (plus a mapping or a callable)."""
@@ -88,10 +91,10 @@ BatchLabels = Callable[[Any], torch.Tensor | None]
 
 def map_concentration(maps: np.ndarray) -> np.ndarray:
     """Share of each map's total in its hottest 10 % of cells, ``[N, h, w]`` -> ``[N]``."""
-    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
+    flat = np.asarray(maps).reshape(len(maps), -1)
     top = max(1, math.ceil(_TOP_SHARE * flat.shape[1]))
-    hottest = -np.partition(-flat, top - 1, axis=1)[:, :top]
-    total = flat.sum(axis=1)
+    hottest = np.partition(flat, flat.shape[1] - top, axis=1)[:, flat.shape[1] - top :]
+    total = flat.sum(axis=1, dtype=np.float64)
     share: np.ndarray = np.divide(
         hottest.sum(axis=1), total, out=np.zeros_like(total), where=total > 0
     )
@@ -162,38 +165,43 @@ class MapAccumulator:
 
     def update(self, maps: np.ndarray, sample_ids: Sequence[int]) -> MapAccumulator:
         """This accumulator with raw maps ``[N, h, w]`` of samples ``sample_ids`` folded in."""
-        values = np.asarray(maps, dtype=np.float64)
+        values = np.asarray(maps, dtype=np.float32)
         if values.ndim != 3 or values.shape[1:] != self.map_sum.shape:
             raise ValueError(
                 f"camera {self.camera_key!r}: maps of shape {values.shape} do not fit the "
                 f"accumulated [N, {self.map_sum.shape[0]}, {self.map_sum.shape[1]}] (the target "
                 "layer's resolution must not change between batches)."
             )
-        if len(sample_ids) != len(values):
-            raise ValueError(f"{len(sample_ids)} sample ids for {len(values)} maps.")
-        if not len(values):
+        count = len(values)
+        if len(sample_ids) != count:
+            raise ValueError(f"{len(sample_ids)} sample ids for {count} maps.")
+        if not count:
             return self
-        peak = values.reshape(len(values), -1).max(axis=1)
-        scale = np.where(peak > 0, peak, 1.0)[:, None, None]
-        normalised = np.clip(values / scale, 0.0, 1.0)
         bins = self.bins
-        index = np.minimum((normalised * bins).astype(np.int64), bins - 1)
         cells = self.map_sum.size
-        flat = index.reshape(len(values), -1) * cells + np.arange(cells)
-        counts = np.bincount(flat.ravel(), minlength=bins * cells).reshape(self.histogram.shape)
+        flat = values.reshape(count, -1)
+        peak = flat.max(axis=1)
+        # Each map divided by its own maximum, then binned: bin = floor(value * bins).
+        per_map = (bins / np.where(peak > 0, peak, 1.0)).astype(np.float32)[:, None]
+        index = np.clip((flat * per_map).astype(np.intp), 0, bins - 1)
+        index *= cells
+        index += np.arange(cells)
+        counts = np.bincount(index.ravel(), minlength=bins * cells)
         concentration = map_concentration(values)
+        ids = [int(sample_id) for sample_id in sample_ids]
+        # Only samples that can enter a top-k list keep a copy of their map.
+        ranked = sorted(range(count), key=lambda i: (-concentration[i], ids[i]))
+        chosen = set(ranked[: self.top_k]) | set(ranked[::-1][: self.top_k])
         samples = []
-        for position, sample_id in enumerate(sample_ids):
-            kept = np.asarray(maps[position], dtype=np.float32).copy()
+        for position in sorted(chosen):
+            kept = values[position].copy()
             kept.setflags(write=False)
-            samples.append(
-                ConcentrationSample(int(sample_id), float(concentration[position]), kept)
-            )
+            samples.append(ConcentrationSample(ids[position], float(concentration[position]), kept))
         return replace(
             self,
-            count=self.count + len(values),
-            map_sum=self.map_sum + values.sum(axis=0),
-            histogram=self.histogram + counts,
+            count=self.count + count,
+            map_sum=self.map_sum + values.sum(axis=0, dtype=np.float64),
+            histogram=self.histogram + counts.reshape(self.histogram.shape),
             most=_keep(self.most, samples, self.top_k, most=True),
             least=_keep(self.least, samples, self.top_k, most=False),
         )
@@ -322,33 +330,51 @@ class AttributionAggregate:
             classes: Class of each sample (by ``sample_index``), ``None`` for no grouping.
             first_sample_id: Id of the batch's sample 0; defaults to :attr:`samples`.
         """
-        if not records:
-            return self
-        batch = max(r.sample_index for r in records) + 1
-        if classes is not None and len(classes) != batch:
-            raise ValueError(f"{len(classes)} classes for a batch of {batch} samples.")
+        return self.update_batches([(records, classes)], first_sample_id=first_sample_id)
+
+    def update_batches(
+        self,
+        batches: Sequence[tuple[Sequence[CameraAttribution], Sequence[int | None] | None]],
+        *,
+        first_sample_id: int | None = None,
+    ) -> AttributionAggregate:
+        """Fold several batches ``(records, classes)`` at once (same result as one by one).
+
+        Sample ids run on from ``first_sample_id`` (default :attr:`samples`) in batch
+        order. Folding a few batches together copies each histogram once instead of
+        once per batch.
+        """
         offset = self.samples if first_sample_id is None else first_sample_id
-        grouped: dict[tuple[str, int | None], list[CameraAttribution]] = {}
-        for record in records:
-            if record.method != self.method:
-                raise ValueError(
-                    f"record of camera {record.camera_key!r} comes from {record.method!r}; this "
-                    f"aggregate folds {self.method!r} maps."
-                )
-            group = classes[record.sample_index] if classes is not None else None
-            key = (record.camera_key, None if group is None else int(group))
-            grouped.setdefault(key, []).append(record)
+        grouped: dict[tuple[str, int | None], tuple[list[np.ndarray], list[int]]] = {}
+        samples = 0
+        for records, classes in batches:
+            if not records:
+                continue
+            batch = max(r.sample_index for r in records) + 1
+            if classes is not None and len(classes) != batch:
+                raise ValueError(f"{len(classes)} classes for a batch of {batch} samples.")
+            for record in records:
+                if record.method != self.method:
+                    raise ValueError(
+                        f"record of camera {record.camera_key!r} comes from {record.method!r}; "
+                        f"this aggregate folds {self.method!r} maps."
+                    )
+                group = classes[record.sample_index] if classes is not None else None
+                key = (record.camera_key, None if group is None else int(group))
+                maps, ids = grouped.setdefault(key, ([], []))
+                maps.append(record.raw_map)
+                ids.append(offset + samples + record.sample_index)
+            samples += batch
+        if not grouped:
+            return self
         table = {(a.camera_key, a.class_index): a for a in self.accumulators}
-        for (camera, group), found in grouped.items():
+        for (camera, group), (maps, ids) in grouped.items():
             current = table.get((camera, group))
             if current is None:
-                shape = found[0].layer_shape
+                shape = (int(maps[0].shape[0]), int(maps[0].shape[1]))
                 current = MapAccumulator.empty(camera, group, shape, self.bins, self.top_k)
-            table[(camera, group)] = current.update(
-                np.stack([r.raw_map for r in found]),
-                [offset + r.sample_index for r in found],
-            )
-        return replace(self, samples=self.samples + batch, accumulators=_sorted(table))
+            table[(camera, group)] = current.update(np.stack(maps), ids)
+        return replace(self, samples=self.samples + samples, accumulators=_sorted(table))
 
     def merge(self, other: AttributionAggregate) -> AttributionAggregate:
         """Both slices together; equal (up to float rounding) to folding them in one pass."""
@@ -484,6 +510,8 @@ def aggregate_attributions(
     to_images = batch_images or _default_batch_images
     to_labels = batch_labels or _default_batch_labels
     aggregate = AttributionAggregate(method, bins=bins, top_k=top_k)
+    pending: list[tuple[Sequence[CameraAttribution], list[int | None] | None]] = []
+    pending_samples = 0
     for done, batch in enumerate(batches, start=1):
         recorder = _ClassRecorder(score, to_labels(batch))
         records = explain_cameras(
@@ -496,13 +524,21 @@ def aggregate_attributions(
             channel_batch_size=channel_batch_size,
         )
         classes = recorder.classes
-        aggregate = aggregate.update(
-            records,
-            None if classes is None else [int(c) for c in classes.tolist()],
-            first_sample_id=first_sample_id + aggregate.samples,
-        )
+        pending.append((records, None if classes is None else [int(c) for c in classes.tolist()]))
+        pending_samples += len(records) // max(1, len(targets))
+        # Fold a bounded buffer of batches at once: memory stays independent of the
+        # number of batches, and each histogram is copied once per buffer.
+        if pending_samples >= _FOLD_SAMPLES:
+            aggregate = aggregate.update_batches(
+                pending, first_sample_id=first_sample_id + aggregate.samples
+            )
+            pending, pending_samples = [], 0
         if progress is not None:
             progress(done)
+    if pending:
+        aggregate = aggregate.update_batches(
+            pending, first_sample_id=first_sample_id + aggregate.samples
+        )
     return aggregate
 
 
