@@ -22,7 +22,7 @@ from vinlens.attribution import (
 from vinlens.attribution.aggregate import aggregate_attributions, camera_reliance_over
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 from vinlens.widgets import ModuleSelection, ModuleTableWidget
-from vinlens.widgets._base import CommandCancelled
+from vinlens.widgets._base import CommandCancelled, CommandTask
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
 EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
@@ -650,3 +650,30 @@ def test_dataset_pass_errors(images):
     w.aggregate_stat = "p90"
     with pytest.raises(traitlets.TraitError, match="aggregate_stat"):
         w.aggregate_stat = "p99"
+
+
+def test_interrupting_a_waiting_dataset_pass_cancels_it(images, monkeypatch):
+    gate = threading.Event()
+
+    class SlowLoader:
+        def __iter__(self):
+            for batch in loader():
+                gate.wait(5)
+                yield batch
+
+    real_join = CommandTask.join
+    calls = []
+
+    def interrupted_join(self, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the user interrupts the kernel during the wait
+        gate.set()
+        return real_join(self, timeout)
+
+    monkeypatch.setattr(CommandTask, "join", interrupted_join)
+    w = viewer(images)
+    with pytest.raises(KeyboardInterrupt):
+        w.explain_dataset(SlowLoader())
+    assert w.dataset_task["state"] == "cancelled" and w.dataset == {}
+    assert w.current_task is None and hook_count(w._model) == 0

@@ -6,13 +6,25 @@ for one frozen :class:`~vinlens.attribution.CameraAttribution` record per camera
 sends the browser each camera's image (uint8 ``[H, W, C]``) and raw map at the image's
 resolution (float32 ``[H, W]``) as binary arrays. Colormap, opacity, normalised or raw
 scale and the layout are display state the browser applies on its own; method, layer,
-capture mode and target are applied by the ``explain`` command, which runs in the
-background, reports progress per camera and answers errors (a bad layer path, method
-or camera key, an exception in the model's forward) as error replies the widget shows.
+capture mode and target are applied by the ``explain`` command, an exclusive background
+command of the widget's task runtime that reports progress per camera and answers
+errors (a bad layer path, method or camera key, an exception in the model's forward) as
+error replies the widget shows.
+
+The viewer tells the truth about what it shows: a map that is near-flat next to the
+other cameras' (:func:`vinlens.attribution.map_flatness`) is marked, with its raw span
+beside the largest camera's; the layer list and the capture modes offered for a layer
+are the engine's (:func:`vinlens.attribution.layer_choices`, one probe forward), so a
+mode the layer cannot be read in is never offered. The layer chooser can share a
+:class:`~vinlens.widgets.ModuleSelection` with a module table, snapshot browser or
+health view. ``explain_dataset(loader)`` adds the dataset view: aggregate maps per
+camera and a reliance bar per camera from the engine's streaming aggregation
+(:mod:`vinlens.attribution.aggregate`), and a slider over kept samples.
 
 From Python: ``.maps`` (camera -> raw map as shown), ``.layer_maps`` (at the target
-layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` and
-``.export_png(directory)``.
+layer's resolution), ``.records`` (the engine's records), ``.flatness``,
+``.recompute(...)``, ``.export_png(directory)``, ``.explain_dataset(loader)``,
+``.show_sample(i)``, ``.map_statistics`` and ``.reliance``.
 """
 
 from __future__ import annotations
@@ -368,8 +380,11 @@ class AttributionViewerWidget(BrowserSafeState):
             percentiles: Percentile maps to offer beside the mean map.
             keep_samples: Samples the slider can show (their images stay in memory).
             batch_images: ``batch -> mapping camera key -> images``.
-            wait: Block until the pass ends and raise its error; otherwise return at once
-                (``task.wait()``, ``task.cancel()``).
+            wait: Block until the pass ends and raise its error (interrupting the kernel
+                cancels the pass). With ``wait=False`` it returns at once and the cell is
+                free: the widget's Cancel button works (it cannot reach a kernel that is
+                busy in this call), and ``task.wait()`` / ``task.cancel()`` do too, but the
+                model is hooked while the pass runs, so leave it alone until it ends.
 
         Returns:
             The pass's task.
@@ -405,7 +420,12 @@ class AttributionViewerWidget(BrowserSafeState):
             "explain_dataset", trigger="explain_dataset()", id_prefix="dataset"
         )
         if wait:
-            task.join()
+            try:
+                task.join()
+            except KeyboardInterrupt:
+                task.cancel()
+                task.join()
+                raise
             if task.exception is not None and not isinstance(task.exception, CommandCancelled):
                 raise RuntimeError(self.error or str(task.exception)) from task.exception
         return task
