@@ -331,7 +331,7 @@ function datasetPayload(over: Partial<Record<keyof DatasetPayload, unknown>> = {
       mean: { rgb: aggregate([0, 1, 2, 4]), [HOSTILE]: aggregate([1e-4, 1.1e-4, 1e-4, 1e-4], { flat: true, flat_reason: "tiny", relative_span: 2.5e-6 }) },
       p90: { rgb: aggregate([0, 2, 4, 8]), [HOSTILE]: aggregate([0, 1, 0, 1]) },
     },
-    reliance: [{ camera: "rgb", drop: 3, share: 0.75 }, { camera: HOSTILE, drop: -0.5, share: 0 }],
+    reliance: [{ camera: "rgb", drop: 3, std: 0.5, share: 0.75 }, { camera: HOSTILE, drop: -0.5, std: 0.25, share: 0 }],
     ...over,
   };
 }
@@ -376,8 +376,8 @@ describe("dataset view", () => {
     expect(fills[0].style.width).toBe("100%");
     expect(fills[1].style.width).toBe("16.7%");
     expect(fills[1].classList.contains("vl-av-rel-negative")).toBe(true);
-    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 (75%)");
-    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5");
+    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 ± 0.5 (75%)");
+    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5 ± 0.25");
   });
 
   it("asks the kernel for the sample the slider is released on, one request at a time", async () => {

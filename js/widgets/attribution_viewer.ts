@@ -73,6 +73,8 @@ export interface ReliancePayload {
   camera: string;
   /** Mean drop over the slice (score with the camera minus score with the baseline). */
   drop: number;
+  /** Standard deviation of the drop over the slice's samples. */
+  std: number;
   /** Share of the summed positive drops, in [0, 1] (0 for a camera whose removal helps). */
   share: number;
 }
@@ -690,11 +692,11 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       return h("div", { class: "vl-av-rel-row", role: "listitem", "data-camera": r.camera },
         h("span", { class: "vl-av-rel-camera" }, r.camera),
         h("div", { class: "vl-av-rel-track", "aria-hidden": "true" }, fill),
-        h("span", { class: "vl-mono vl-av-rel-value" },
-          `${formatNumber(r.drop)}${r.drop > 0 ? ` (${Math.round(100 * r.share)}%)` : ""}`));
+        h("span", { class: "vl-mono vl-av-rel-value", title: `standard deviation over the samples: ${formatNumber(r.std)}` },
+          `${formatNumber(r.drop)} ± ${formatNumber(r.std)}${r.drop > 0 ? ` (${Math.round(100 * r.share)}%)` : ""}`));
     }));
     relianceNote.textContent =
-      `score drop when the camera's input is replaced by the ${dataset.baseline} baseline, mean over ${formatNumber(dataset.samples)} samples`;
+      `score drop when the camera's input is replaced by the ${dataset.baseline} baseline: mean ± standard deviation over ${formatNumber(dataset.samples)} samples (share of the summed drops)`;
   }
 
   function syncDatasetTask(): void {

@@ -553,11 +553,12 @@ def test_dataset_view_payload_is_the_engines_aggregate_and_reliance(images):
             np.frombuffer(p90["data"], dtype="<f4").reshape(p90["shape"]),
             overall[key].percentile_maps[90.0],
         )
-    drops = {r.camera_key: r.mean_drop for r in summary.finish()}
+    engine_rows = {r.camera_key: r for r in summary.finish()}
     rows = payload["reliance"]
     assert [r["camera"] for r in rows] == list(images)  # camera order, as the panels
     for row in rows:
-        assert row["drop"] == pytest.approx(drops[row["camera"]])
+        assert row["drop"] == pytest.approx(engine_rows[row["camera"]].mean_drop)
+        assert row["std"] == pytest.approx(engine_rows[row["camera"]].std_drop)
     assert sum(r["share"] for r in rows) == pytest.approx(1.0)
     # rgb has evidence in every sample, the SLAM cameras in half: rgb matters most.
     assert max(rows, key=lambda r: r["drop"])["camera"] == "rgb"

@@ -850,12 +850,14 @@ def _dataset_payload(
             }
             for key, values in per_camera.items()
         }
-    drops = {r.camera_key: r.mean_drop for r in reliance}
+    by_key = {r.camera_key: r for r in reliance}
+    drops = {key: r.mean_drop for key, r in by_key.items()}
     positive = sum(max(d, 0.0) for d in drops.values() if math.isfinite(d))
     rows = [
         {
             "camera": key,
             "drop": drops[key],
+            "std": by_key[key].std_drop,
             "share": max(drops[key], 0.0) / positive if positive > 0 else 0.0,
         }
         for key in camera_keys
