@@ -351,6 +351,20 @@ class FailingDemoModel(MultiCameraDemoModel):
         return super().forward(images)
 
 
+def test_a_model_that_fails_on_the_probe_still_opens_with_structural_choices(images):
+    model = FailingDemoModel("per_camera_call")
+    model.fail = True
+    w = viewer(images, "per_camera_call", model=model, compute=False)
+    assert "sensor packet corrupted" in w.error and w.status == "error"
+    assert "every structurally possible mode is offered" in w.error
+    offered = {c["path"]: c["modes"] for c in w.layers}
+    assert offered["encoder.conv3"] == ["per_camera_call", "stacked_camera_batch"]
+    assert hook_count(model) == 0
+    # The model's own error is what an explanation then reports.
+    reply = w.run_command("explain", {})
+    assert reply["kind"] == "error" and "sensor packet corrupted" in reply["message"]
+
+
 @pytest.mark.parametrize("method", ["grad_cam", "ablation_cam"])
 def test_exception_in_forward_is_an_error_reply_with_no_hooks_left(images, method):
     model = FailingDemoModel("per_camera_call")

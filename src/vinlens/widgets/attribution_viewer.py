@@ -222,7 +222,7 @@ class AttributionViewerWidget(BrowserSafeState):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
-        layers = _layer_options(model, self._inputs, forward)
+        layers, probe_note = _layer_options(model, self._inputs, forward)
         super().__init__(
             camera_keys=keys,
             images=_images_payload(self._inputs),
@@ -243,6 +243,8 @@ class AttributionViewerWidget(BrowserSafeState):
             view=_check_choice("view", view, ("grid", "single")),
             focused_camera=keys[0],
         )
+        if probe_note:
+            self._report_error("", probe_note)
         if isinstance(layer, str):
             try:  # fail at construction, not at the first click
                 self._targets_for(layer, mode)
@@ -975,20 +977,33 @@ def _layer_options(
     model: nn.Module,
     inputs: Mapping[str, torch.Tensor],
     forward: Forward | None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], str]:
     """Every layer choice with the capture modes it can be read in, in module order.
 
     The engine runs one probe forward on the viewer's images, so a mode is offered for a
-    layer only when the layer really runs that way (once per camera, stacked, ...).
+    layer only when the layer really runs that way (once per camera, stacked, ...). When
+    that forward fails, the structural choices are offered and the second item says why,
+    so the viewer still opens and shows the model's error.
     """
+    keys = list(inputs)
+    note = ""
+    try:
+        found = layer_choices(model, keys, images=inputs, forward=forward)
+    except Exception as exc:  # the user's model: anything may come out of its forward
+        found = layer_choices(model, keys)
+        note = (
+            "could not run the model once on these images to find which capture modes each "
+            f"layer can be read in ({type(exc).__name__}: {exc}); every structurally "
+            "possible mode is offered."
+        )
     by_path: dict[str, dict[str, Any]] = {}
-    for mode, choices in layer_choices(model, list(inputs), images=inputs, forward=forward).items():
+    for mode, choices in found.items():
         for choice in choices:
             entry = by_path.setdefault(
                 choice.path, {"path": choice.path, "type": choice.module_type, "modes": []}
             )
             entry["modes"].append(mode)
-    return list(by_path.values())
+    return list(by_path.values()), note
 
 
 def _targets_by_camera(
