@@ -144,6 +144,8 @@ describe("snapshot browser", () => {
     model.kernelSet("snapshot_table", p);
     rowEl(el, 0).click();
     expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["0.1", "0.33333334", "NaN", "3", "4", "5"]);
+    // the CSV keeps what the kernel holds, as vinlens.export writes it
+    expect(snapshotsCsv(new Snapshots(p)).split("\r\n")[1]).toContain('"[0.10000000149011612,0.3333333432674408,""NaN"",3,4,5]"');
   });
 
   it("sizes the path columns to their content, shows full text on hover, never clips a header", () => {
@@ -154,13 +156,13 @@ describe("snapshot browser", () => {
     const { el } = setup({ snapshot_table: p });
     const grid = el.querySelector<HTMLElement>(".vl-sb-results .vl-vt")!;
     const tracks = grid.style.getPropertyValue("--vl-vt-cols").split(" ");
-    expect(tracks[0]).toBe(`${Math.min(520, long.length * 7 + 18)}px`); // jsdom: estimated width
+    expect(tracks[0]).toBe(`minmax(${Math.min(420, long.length * 7 + 18)}px,`); // jsdom: estimated width
     const cell = rowEl(el, 0).querySelector<HTMLElement>('[data-key="module_path"]')!;
     expect(cell.title).toBe(long);
     const last = el.querySelector<HTMLElement>('.vl-sb-results .vl-vt-hcell[data-key="sample_omission_reason"]')!;
-    expect(last.title).toBe("Not sampled because");
+    expect(last.title).toBe("Not sampled: Why the values were not sampled (metadata only)");
     // the last track is never narrower than its label needs
-    expect(Number.parseInt(tracks.at(-1)!, 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled because".length * 7.5) + 18);
+    expect(Number.parseInt(tracks.at(-2)!.replace("minmax(", ""), 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled".length * 8.2) + 22);
     expect(el.querySelectorAll(".vl-sb-results .vl-vt-resizer").length).toBe(10);
   });
 

@@ -42,14 +42,14 @@ const CSV_COLUMNS = [
 const COLUMNS: VTColumn[] = [
   { key: "module_path", label: "Module", minWidth: 160, grow: 3 },
   { key: "call_index", label: "Call", minWidth: 50, align: "right" },
-  { key: "direction", label: "Side", minWidth: 64 },
-  { key: "tensor_path", label: "Tensor", minWidth: 120, grow: 2 },
-  { key: "shape", label: "Shape", minWidth: 110, grow: 1 },
-  { key: "dtype", label: "Dtype", minWidth: 110 },
-  { key: "device", label: "Device", minWidth: 70 },
-  { key: "numel", label: "Numel", minWidth: 80, align: "right" },
-  { key: "sampled_bytes", label: "Bytes", minWidth: 70, align: "right", title: "Source-dtype bytes of the sampled values" },
-  { key: "sample_omission_reason", label: "Not sampled because", minWidth: 140, grow: 1 },
+  { key: "direction", label: "Side", minWidth: 60 },
+  { key: "tensor_path", label: "Tensor", minWidth: 110, grow: 2 },
+  { key: "shape", label: "Shape", minWidth: 90, grow: 1 },
+  { key: "dtype", label: "Dtype", minWidth: 100 },
+  { key: "device", label: "Device", minWidth: 64 },
+  { key: "numel", label: "Numel", minWidth: 70, align: "right" },
+  { key: "sampled_bytes", label: "Bytes", minWidth: 60, align: "right", title: "Source-dtype bytes of the sampled values" },
+  { key: "sample_omission_reason", label: "Not sampled", minWidth: 100, grow: 1, title: "Why the values were not sampled (metadata only)" },
 ];
 
 const FITTED_COLUMNS = ["module_path", "tensor_path", "shape", "dtype", "sample_omission_reason"];
@@ -81,11 +81,15 @@ export class Snapshots {
     return this.values.subarray(start, start + this.num(row, "values_count"));
   }
 
-  /** Sampled values as text: booleans as true/false, integers exactly, floats at their dtype's precision. */
-  sampleText(row: number): string[] {
+  /**
+   * Sampled values as text: booleans as true/false, integers exactly, floats at their
+   * dtype's precision (`exact`: as the kernel holds them, for the CSV that must match
+   * `vinlens.export`).
+   */
+  sampleText(row: number, exact = false): string[] {
     const dtype = this.text(row, "dtype");
     const isBool = dtype === "torch.bool";
-    const bits = MANTISSA_BITS[dtype];
+    const bits = exact ? undefined : MANTISSA_BITS[dtype];
     return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v, bits)));
   }
 
@@ -132,7 +136,7 @@ export function snapshotsCsv(s: Snapshots): string {
   for (let r = 0; r < s.length; r++) {
     const cells = CSV_COLUMNS.map((name) => {
       // JSON like vinlens.export writes it: non-finite floats as strings.
-      if (name === "values") return csvField(`[${s.sampleText(r).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
+      if (name === "values") return csvField(`[${s.sampleText(r, true).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
       return csvField(s.text(r, name));
     });
     lines.push(cells.join(","));
@@ -262,7 +266,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     table.setRowCount(snaps.length);
     // Paths are what people read here: size those columns to their longest entry
     // (bounded; the user can still drag a header edge).
-    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 520 : 360);
+    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 420 : 300);
     download.disabled = snaps.length === 0;
     loadSummary();
   }

@@ -160,8 +160,12 @@ class ModelHealthWidget(ModuleTableState):
         stats, diff, origin: records computed elsewhere (``ActivationStats``,
             ``ModelDiff``, ``NonFiniteOrigin``) to show now.
         selection: a :class:`~vinlens.widgets.ModuleSelection` shared with other widgets.
-        analyze: analyze at once (in the background) when ``run`` is given and no record
-            was passed.
+        analyze: analyze at once (in the constructing cell) when ``run`` is given and no
+            record was passed.
+
+    The Analyze button runs on the widget's worker thread (the notebook stays responsive
+    and shows progress); the engines hook model A (and B) until it finishes, so leave
+    those models alone in other cells meanwhile.
     """
 
     _esm = widget_asset("model_health.js")
@@ -209,7 +213,9 @@ class ModelHealthWidget(ModuleTableState):
         self._use_selection(selection)
         self.show_records(stats=stats, diff=diff, origin=origin)
         if analyze and run is not None and stats is None and diff is None and origin is None:
-            self.start_command("analyze", trigger="construction")
+            # On the cell's own thread, as the user's forward would run in the cell: a
+            # background analysis would hook the model while the next cells use it.
+            self.analyze()
 
     # -- records ---------------------------------------------------------------------------
     @property

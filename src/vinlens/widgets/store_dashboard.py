@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,6 @@ from vinlens.store.format import (
     StoreReplacedError,
     VinOfflineStoreConfig,
 )
-from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,
@@ -59,7 +59,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
-from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html, store_config
 
 __all__ = [
     "StoreDashboardWidget",
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: Unpaired sample keys listed by name in the payload (the count is always exact).
-MAX_UNPAIRED_EXAMPLES = 20
+MAX_UNPAIRED_EXAMPLES = 200
 
 
 # --------------------------------------------------------------------------------------
@@ -238,9 +238,13 @@ def dashboard_payload(
 class StoreDashboardWidget(BrowserSafeState):
     """Store-level diagnostics of one VIN offline store, acquired in the background.
 
-    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path.
-    ``max_samples`` caps the rows scanned for tensor statistics (``None``: every row).
-    The first acquisition starts immediately; :meth:`wait` blocks until it is done.
+    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig`, a path or an
+    fsspec URL (``s3://bucket/store``); ``storage_options`` go to fsspec (they replace the
+    config's). ``max_samples`` caps the rows scanned for tensor statistics (``None``: every
+    row). ``executor`` (any ``concurrent.futures.Executor``: a ``ProcessPoolExecutor``, or
+    ``distributed.Client(...).get_executor()``) computes the per-shard partials; the
+    progress bar then advances as each worker finishes its shards. The first acquisition
+    starts immediately; :meth:`wait` blocks until it is done.
     """
 
     _esm = widget_asset("store_dashboard.js")
@@ -261,13 +265,17 @@ class StoreDashboardWidget(BrowserSafeState):
         self,
         store: VinOfflineStoreConfig | str | Path,
         max_samples: int | None = 512,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        executor: Executor | None = None,
         **kwargs: Any,
     ) -> None:
         reject_unknown_kwargs(type(self), kwargs)
-        config = as_store_config(store)
+        config = store_config(store, storage_options=storage_options)
         checked = check_max_samples(max_samples)
         super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
         self._config = config
+        self._store_executor = executor
         self._stats: VinOfflineDatasetStats | None = None
         self._request: VinOfflineDatasetStatsRequest | None = None
         self._acq = AcquisitionState(self, with_unit=True)
@@ -360,7 +368,9 @@ class StoreDashboardWidget(BrowserSafeState):
             try:
                 # The engine looks for a cancel only between shards: answer one at once.
                 stats = ctx.call(
-                    lambda: inspect_vin_offline_dataset_stats_with_progress(request, rows_read)
+                    lambda: inspect_vin_offline_dataset_stats_with_progress(
+                        request, rows_read, executor=self._store_executor
+                    )
                 )
             except StoreReplacedError as exc:
                 self.replacement = {
