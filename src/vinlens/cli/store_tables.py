@@ -89,7 +89,12 @@ def _summary_row(name: str, summary: NumericSummary | None) -> tuple[object, ...
 
 def format_stats(stats: VinOfflineDatasetStats) -> str:
     """The record as readable tables (what ``vinlens store stats`` prints)."""
+    # The engine ranks problems (errors, warnings, notices) for every front end alike.
+    from vinlens.store.diagnostics import dashboard_problems
+
     problems = stats.integrity_problems
+    ranked = dashboard_problems(stats)
+    severities = Counter(p["severity"] for p in ranked)
     overview: list[tuple[str, object]] = [
         ("store", stats.store_dir),
         ("version", stats.version),
@@ -105,6 +110,10 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
         ("materialized", _flags(stats.materialized_blocks)),
         ("numeric_bytes", format_bytes(stats.numeric_bytes)),
         ("integrity", "ok" if not problems else f"{len(problems):,} problem(s)"),
+        (
+            "problems",
+            ", ".join(f"{n:,} {severity}(s)" for severity, n in severities.items()) or "none",
+        ),
     ]
     parts = [format_fields(overview) + "\n"]
     summaries = [
@@ -175,6 +184,13 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
             "integrity problems",
             ("kind", "shard", "block", "message"),
             [(p.kind, p.shard_id or "-", p.block or "-", p.message) for p in problems],
+        )
+    )
+    parts.append(
+        _section(
+            "problems (most severe first, as the dashboard lists them)",
+            ("severity", "problem", "detail"),
+            [(p["severity"], p["title"], p["detail"]) for p in ranked if p["severity"] != "error"],
         )
     )
     return "\n".join(part for part in parts if part).rstrip()
