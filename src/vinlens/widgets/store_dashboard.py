@@ -41,7 +41,10 @@ from vinlens.store.diagnostics import (
     VinOfflineDatasetStats,
     VinOfflineDatasetStatsRequest,
     capture_vin_offline_dataset_stats_request,
+    check_max_samples,
+    dashboard_problems,
     inspect_vin_offline_dataset_stats_with_progress,
+    pearson_r,
 )
 from vinlens.store.format import (
     StoreNotFoundError,
@@ -116,18 +119,12 @@ def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.
     return arr[:, 0], arr[:, 1]
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
-    if x.size < 2 or float(np.std(x)) == 0.0 or float(np.std(y)) == 0.0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
-
-
 def _pair_node(name: str, pairs: Sequence[tuple[float, float]]) -> dict[str, Any]:
     rri, value = _pairs_arrays(pairs)
     return {
         "name": name,
         "count": int(rri.size),
-        "pearson": _opt_float(_pearson(value, rri)),
+        "pearson": _opt_float(pearson_r(value, rri)),
         "rri": encode_array(rri.astype(np.float32)),
         "value": encode_array(value.astype(np.float32)),
     }
@@ -154,59 +151,6 @@ def _blocks_table(blocks: Sequence[Any]) -> dict[str, Any]:
             ),
         }
     )
-
-
-def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
-    """What the dashboard lists under *integrity problems*, most severe first.
-
-    Errors are the engine's integrity findings (missing chunks, mismatched blocks, ...).
-    Warnings and notices are facts a user should not overlook in the other panels:
-    samples without any valid candidate, labelled samples that cannot be paired by
-    candidate identity, a store without scene supervision.
-    """
-    problems: list[dict[str, str]] = []
-    for problem in stats.integrity_problems:
-        where = "/".join(str(part) for part in (problem.shard_id, problem.block) if part)
-        problems.append(
-            {
-                "severity": "error",
-                "title": f"{problem.kind}{f' in shard {where}' if where else ''}",
-                "detail": problem.message,
-            }
-        )
-    no_valid = [s.sample_key for s in stats.sample_summaries if s.candidate_count == 0]
-    if no_valid:
-        shown = ", ".join(no_valid[:5]) + (", …" if len(no_valid) > 5 else "")
-        problems.append(
-            {
-                "severity": "warning",
-                "title": f"{len(no_valid)} sampled sample(s) without any valid candidate",
-                "detail": shown,
-            }
-        )
-    unpaired = max(
-        stats.rri_pairing_unavailable_count, len(stats.rri_pairing_unavailable_sample_keys)
-    )
-    if unpaired:
-        problems.append(
-            {
-                "severity": "notice",
-                "title": f"{unpaired} sampled labelled sample(s) lack candidate IDs",
-                "detail": "RRI/component pairs exclude them; their marginal histograms still "
-                "count them.",
-            }
-        )
-    if not stats.scene_labels_available:
-        problems.append(
-            {
-                "severity": "notice",
-                "title": "No scene supervision in this store",
-                "detail": "capabilities.scene_labels is false: candidate counts, RRI and "
-                "components are unavailable (not zero).",
-            }
-        )
-    order = {"error": 0, "warning": 1, "notice": 2}
-    return sorted(problems, key=lambda p: order[p["severity"]])
 
 
 def dashboard_payload(
@@ -321,16 +265,6 @@ def _call_cancellable(func: Callable[[], T], ctx: CommandContext, poll_s: float 
     return box["result"]  # type: ignore[no-any-return]
 
 
-def _check_max_samples(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
-    if int(value) < 1:
-        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
-    return int(value)
-
-
 class StoreDashboardWidget(VinlensWidget):
     """Store-level diagnostics of one VIN offline store, acquired in the background.
 
@@ -361,7 +295,7 @@ class StoreDashboardWidget(VinlensWidget):
     ) -> None:
         reject_unknown_kwargs(type(self), kwargs)
         config = as_store_config(store)
-        checked = _check_max_samples(max_samples)
+        checked = check_max_samples(max_samples)
         super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
         self._config = config
         self._stats: VinOfflineDatasetStats | None = None
@@ -402,7 +336,7 @@ class StoreDashboardWidget(VinlensWidget):
     def refresh(self, *, max_samples: int | object | None = ...) -> None:
         """Start a new acquisition (a new request) in the background; see :meth:`wait`."""
         if max_samples is not ...:
-            self.max_samples = _check_max_samples(max_samples)
+            self.max_samples = check_max_samples(max_samples)
         self._job.start("refresh()", self._acquire)
 
     # -- commands ----------------------------------------------------------------------
@@ -410,7 +344,7 @@ class StoreDashboardWidget(VinlensWidget):
     def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         if "max_samples" in args:
             try:
-                self.max_samples = _check_max_samples(args["max_samples"])
+                self.max_samples = check_max_samples(args["max_samples"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         return self._job.run_command(
