@@ -48,6 +48,7 @@ __all__ = [
     "Capabilities",
     "CorruptChunkError",
     "CorruptRecordError",
+    "DirectoryInsteadOfFileError",
     "InvalidSampleError",
     "ManifestError",
     "MaterializedBlocks",
@@ -209,6 +210,10 @@ class SpecialFileError(VinOfflineStoreError, OSError):
     Reading such a file could block forever (a FIFO) or never end (``/dev/zero``), so it is
     refused from its ``stat`` before any byte is read.
     """
+
+
+class DirectoryInsteadOfFileError(SpecialFileError, IsADirectoryError):
+    """A directory sits where the store or raw dataset needs a file."""
 
 
 class InvalidSampleError(VinOfflineStoreError):
