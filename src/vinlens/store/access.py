@@ -680,7 +680,11 @@ class FsspecStoreAccess(StoreAccess):
         st = self.stat(rel)
         if st.is_dir:
             raise IsADirectoryError(errno.EISDIR, "is a directory", self.describe(rel))
-        return cast(IO[bytes], _RangeFile(self, rel, st.size))
+        return self.open_sized(rel, st.size)
+
+    def open_sized(self, rel: str, size: int) -> IO[bytes]:
+        """:meth:`open_binary` of an object whose size a listing gave (no stat request)."""
+        return cast(IO[bytes], _RangeFile(self, rel, size))
 
     def zarr_store(self, rel: str = "") -> Any:
         from zarr.storage import FsspecStore

@@ -31,7 +31,13 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.access import FileStat, StoreAccess, StoreAccessError, open_store_access
+from vinlens.store.access import (
+    FileStat,
+    FsspecStoreAccess,
+    StoreAccess,
+    StoreAccessError,
+    open_store_access,
+)
 from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
@@ -319,9 +325,12 @@ def clear_coverage_cache() -> None:
 
 def _member_names(access: StoreAccess, rel: str, size: int) -> list[str]:
     name = access.describe(rel)
-    if access.is_remote and size <= SMALL_TAR_BYTES:
-        data = access.read_bytes(rel)
-        return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+    if isinstance(access, FsspecStoreAccess):
+        if size <= SMALL_TAR_BYTES:
+            data = access.read_bytes(rel)
+            return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+        with access.open_sized(rel, size) as handle:
+            return list_tar_member_names(handle, name=name, regular_only=True)
     with access.open_binary(rel) as handle:
         return list_tar_member_names(handle, name=name, regular_only=True)
 
