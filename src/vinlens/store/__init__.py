@@ -1,7 +1,7 @@
 """VIN offline store v1: format, read-only access, reader, writer, torch dataset, synthetic data.
 
-The normative format is ``docs/store-format.md``. Public API (stable; any change is
-announced here in a CHANGES line):
+The normative format is ``docs/store-format.md``. Public API (stable; every change is
+recorded in ``CHANGELOG.md``):
 
 Format (:mod:`vinlens.store.format`)
     ``VinOfflineStoreConfig(store_dir: Path | str, raw_dataset_dir: Path | str | None = None,
@@ -93,16 +93,10 @@ Synthetic data (:mod:`vinlens.store.synthetic`)
     ``write_synthetic_dataset(root, store_spec=None, raw_spec=None) -> SyntheticDatasetRecord``
     (``.config`` has store_dir and raw_dataset_dir); ``make_synthetic_samples(spec)``.
 
-CLI (:mod:`vinlens.store.cli`)
-    ``vinlens store make-demo PATH ...`` and ``vinlens store info PATH``; other modules add
-    commands by appearing in ``STORE_COMMAND_MODULES`` and exposing
-    ``register_store_commands(store_subparsers)``; ``format_table(headers, rows)``.
+Command line (:mod:`vinlens.cli.store`, not imported by this package)
+    ``vinlens store make-demo|info|stats|coverage``.
 
-CHANGES (after the first commit of this API)
-    - ``StoreAccess.read_range_into(rel, start, buffer)`` added; ``decode_records`` added.
-    - Reader scan batches default to 1 MiB (was 8 MiB); same signatures.
-    - Stores and raw datasets may live at fsspec URLs (``storage_options`` in the config);
-      only regular files are read (``SpecialFileError`` otherwise).
+Changes to this API are recorded in ``CHANGELOG.md``.
 """
 
 from __future__ import annotations

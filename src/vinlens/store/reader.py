@@ -163,7 +163,7 @@ def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
         raise StoreNotFoundError(
             "manifest.json is missing: not a published store, or one being replaced",
             path=access.describe(MANIFEST_FILE),
-            expected="manifest.json (written last by the writer)",
+            expected="a store directory with manifest.json, which the writer publishes last",
         ) from exc
 
 

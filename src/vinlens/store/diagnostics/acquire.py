@@ -36,7 +36,7 @@ from vinlens.store.diagnostics.records import (
     check_max_samples,
 )
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
-from vinlens.store.diagnostics.scan import ShardPlan, scan_shard
+from vinlens.store.diagnostics.scan import ShardPlan, row_bytes, scan_shard
 from vinlens.store.format import (
     BlockKind,
     StoreReplacedError,
@@ -63,9 +63,9 @@ __all__ = [
     "run_shard_task",
 ]
 
-#: Consecutive shards are grouped until a task holds this many selected rows.
-_TASK_ROWS = 256
-#: ... or this many shards (integrity checks of shards with no selected rows).
+#: Consecutive shards are grouped until a task reads about this many payload bytes...
+_TASK_BYTES = 8 << 20
+#: ... or holds this many shards (integrity checks of shards with no selected rows).
 _TASK_SHARDS = 64
 #: Tasks submitted ahead of the fold: bounds the partials held by the coordinator.
 _IN_FLIGHT = 32
@@ -153,17 +153,21 @@ def _plans(reader: VinOfflineStoreReader, max_samples: int | None) -> list[Shard
 
 
 def _tasks(
-    config: VinOfflineStoreConfig, request: VinOfflineDatasetStatsRequest, plans: list[ShardPlan]
+    reader: VinOfflineStoreReader,
+    config: VinOfflineStoreConfig,
+    request: VinOfflineDatasetStatsRequest,
+    plans: list[ShardPlan],
 ) -> list[ShardTask]:
+    """Consecutive shards per task: one big shard alone, small ones together (fewer round trips)."""
     tasks: list[ShardTask] = []
     current: list[ShardPlan] = []
-    rows = 0
+    size = 0
     for plan in plans:
         current.append(plan)
-        rows += len(plan.rows)
-        if rows >= _TASK_ROWS or len(current) >= _TASK_SHARDS:
+        size += len(plan.rows) * sum(row_bytes(spec) for spec in reader.shard(plan.shard_id).blocks)
+        if size >= _TASK_BYTES or len(current) >= _TASK_SHARDS:
             tasks.append(ShardTask(config, request, tuple(current)))
-            current, rows = [], 0
+            current, size = [], 0
     if current:
         tasks.append(ShardTask(config, request, tuple(current)))
     return tasks
@@ -491,7 +495,9 @@ def inspect_vin_offline_dataset_stats_with_progress(
             if executor is None:
                 partial = _fold_in_process(reader, plans, progress_cb)
             else:
-                partial = _fold_on_executor(executor, _tasks(config, request, plans), progress_cb)
+                partial = _fold_on_executor(
+                    executor, _tasks(reader, config, request, plans), progress_cb
+                )
             result = build_stats_record(reader, partial, request)
         except VinOfflineStoreReplacedError:
             raise

@@ -17,6 +17,7 @@ how its shards were grouped (one process, a pool, a cluster):
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
@@ -122,10 +123,18 @@ def _f16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _F16_TABLES
 
 
+#: float16 values counted per ``np.bincount`` call: its intp copy of the block (8 MiB)
+#: stays in cache, which measured ~2x faster than one call over a 32 Mi-value chunk.
+_COUNT_BLOCK = 1 << 20
+
+
 def float16_counts(values: np.ndarray) -> np.ndarray:
     """Counts of the 65,536 float16 bit patterns of ``values`` (int64, exact)."""
     flat = np.ascontiguousarray(values).reshape(-1).view(np.uint16)
-    return np.bincount(flat, minlength=1 << 16).astype(np.int64, copy=False)
+    counts = np.bincount(flat[:_COUNT_BLOCK], minlength=1 << 16).astype(np.int64, copy=False)
+    for start in range(_COUNT_BLOCK, flat.size, _COUNT_BLOCK):
+        counts += np.bincount(flat[start : start + _COUNT_BLOCK], minlength=1 << 16)
+    return counts
 
 
 class Moments:
@@ -231,9 +240,10 @@ class Moments:
             nz += int(self.counts16[nonzero].sum())
             shift1 = _K1 - _F16_SHIFT
             shift2 = _K2 - 2 * _F16_SHIFT
-            s += sum(c * v for c, v in zip(counts, values, strict=True)) << shift1
-            q += sum(c * v * v for c, v in zip(counts, values, strict=True)) << shift2
-            a += sum(c * abs(v) for c, v in zip(counts, values, strict=True)) << shift1
+            weighted = list(map(operator.mul, counts, values))
+            s += sum(weighted) << shift1
+            q += sum(map(operator.mul, weighted, values)) << shift2
+            a += sum(map(abs, weighted)) << shift1
         return n, s, q, a, nz
 
     def finish(self) -> tuple[int, float | None, float | None, float | None, float | None]:

@@ -203,10 +203,24 @@ class Reservoir:
         return self.rows()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Partials travel between processes: send only the compacted, bounded state.
+        # Partials travel between processes: only the compacted, bounded state, and not the
+        # priorities (a third of it), which follow from the positions and the salt.
         self._compact()
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {
+            "columns": self.columns,
+            "limit": self.limit,
+            "salt": self.salt,
+            "position": self.position,
+            "values": self.values,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
+        self.columns = state["columns"]
+        self.limit = state["limit"]
+        self.salt = state["salt"]
+        self.position = state["position"]
+        self.values = state["values"]
+        self.priority = _priorities(self.position, self.salt)
+        self._threshold = self.priority.max() if self.position.size >= self.limit else None
+        self._pending = []
+        self._pending_rows = 0
