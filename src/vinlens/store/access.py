@@ -387,9 +387,7 @@ class LocalStoreAccess(StoreAccess):
         return open(_open_regular(self._path(rel)), "rb", closefd=True)
 
     def zarr_store(self, rel: str = "") -> Any:
-        from zarr.storage import LocalStore
-
-        return LocalStore(self._path(rel), read_only=True)
+        return _regular_file_local_store(self._path(rel))
 
     def close(self) -> None:
         with self._lock:
@@ -406,6 +404,42 @@ class LocalStoreAccess(StoreAccess):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["_root"])  # type: ignore[misc]
+
+
+def _check_regular(path: Any) -> None:
+    """Refuse a special file at ``path`` from its ``stat`` (a missing path is left to the caller)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not (stat_module.S_ISREG(mode) or stat_module.S_ISDIR(mode)):
+        raise SpecialFileError(
+            f"is {_file_kind(mode)}; refused without reading it",
+            path=str(path),
+            expected="a regular file",
+        )
+
+
+def _regular_file_local_store(root: str) -> Any:
+    """zarr's read-only ``LocalStore`` at ``root`` that never opens a FIFO or device.
+
+    zarr reads chunk files itself (compressed arrays); a chunk that is a FIFO would block
+    its read forever, so every key is stat'ed first.
+    """
+    from zarr.storage import LocalStore
+
+    class RegularFileLocalStore(LocalStore):
+        async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
+            _check_regular(self.root / key)
+            return await super().get(key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+            key_ranges = list(key_ranges)
+            for key, _ in key_ranges:
+                _check_regular(self.root / key)
+            return cast(list[Any], await super().get_partial_values(prototype, key_ranges))
+
+    return RegularFileLocalStore(root, read_only=True)
 
 
 def _to_ns(value: Any) -> int:
