@@ -42,6 +42,7 @@ __all__ = [
     "LocalStoreAccess",
     "StoreAccess",
     "StoreAccessError",
+    "open_regular_fd",
     "open_store_access",
 ]
 
@@ -107,7 +108,7 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _open_regular(path: str) -> int:
+def open_regular_fd(path: str | os.PathLike[str]) -> int:
     """A read-only descriptor of ``path``, which must be a regular file; never blocks.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer;
@@ -115,6 +116,7 @@ def _open_regular(path: str) -> int:
     and the open cannot slip a special file through.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    path = os.fspath(path)
     fd = os.open(path, flags)
     try:
         mode = os.fstat(fd).st_mode
@@ -315,7 +317,7 @@ class LocalStoreAccess(StoreAccess):
 
     def read_bytes_with_stat(self, rel: str) -> tuple[bytes, FileStat]:
         path = self._path(rel)
-        with open(_open_regular(path), "rb", closefd=True) as handle:
+        with open(open_regular_fd(path), "rb", closefd=True) as handle:
             st = os.fstat(handle.fileno())
             # Read what fstat promised, plus one byte to notice a file still growing.
             data = handle.read(st.st_size + 1)
@@ -330,7 +332,7 @@ class LocalStoreAccess(StoreAccess):
         extra byte without ever holding more of it.
         """
         path = self._path(rel)
-        with open(_open_regular(path), "rb", closefd=True) as handle:
+        with open(open_regular_fd(path), "rb", closefd=True) as handle:
             st = os.fstat(handle.fileno())
             data = handle.read(limit + 1)
         return data, FileStat.from_os(str(path), st)
@@ -346,7 +348,7 @@ class LocalStoreAccess(StoreAccess):
                 if len(self._fds) >= self._MAX_CACHED_FDS:
                     _, old = self._fds.popitem()
                     os.close(old)
-                fd = _open_regular(self._path(rel))
+                fd = open_regular_fd(self._path(rel))
                 self._fds[rel] = fd
             return fd
 
@@ -384,7 +386,7 @@ class LocalStoreAccess(StoreAccess):
         return done
 
     def open_binary(self, rel: str) -> IO[bytes]:
-        return open(_open_regular(self._path(rel)), "rb", closefd=True)
+        return open(open_regular_fd(self._path(rel)), "rb", closefd=True)
 
     def zarr_store(self, rel: str = "") -> Any:
         return _regular_file_local_store(self._path(rel))
