@@ -56,6 +56,8 @@ def test_config_keeps_urls_and_local_paths(tmp_path: Path, monkeypatch: pytest.M
     assert local.store_dir == tmp_path / "store" and isinstance(local.store_dir, Path)
     as_file = VinOfflineStoreConfig(store_dir=f"file://{tmp_path}/store")
     assert as_file.store_dir == tmp_path / "store"
+    with pytest.raises(ValueError, match="looks like a URL folded by pathlib"):
+        VinOfflineStoreConfig(store_dir=Path("s3://bucket/store"))
 
 
 def test_memory_and_file_urls_read_like_local(tmp_path: Path) -> None:
