@@ -55,12 +55,14 @@ _T = TypeVar("_T")
 DEFAULT_S3_OPTIONS: dict[str, Any] = {
     "config_kwargs": {
         "connect_timeout": 5,
-        "read_timeout": 15,
-        "retries": {"max_attempts": 2, "mode": "standard"},
+        "read_timeout": 10,
+        # botocore's standard mode backs off on throttling (SlowDown) within these attempts.
+        "retries": {"max_attempts": 3, "mode": "standard"},
     },
 }
-#: Worst case of one request: S3FS_RETRIES x max_attempts x (connect + read timeout) = 80 s.
-S3FS_RETRIES = 2
+#: s3fs's own retry loop on top of botocore's; worst case of one request:
+#: S3FS_RETRIES x max_attempts x (connect + read timeout) = 45 s.
+S3FS_RETRIES = 1
 
 
 @dataclass(frozen=True)
