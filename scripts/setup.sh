@@ -6,8 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""
+[ "$(id -u)" = "0" ] || SUDO="sudo"
+apt_install() {
+  echo "[setup] installing with apt (sudo when not root): $*"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$@"
+}
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  # Debian ships venv's pip bootstrap separately (python3-venv).
+  if ! "$PY" -c 'import ensurepip' 2>/dev/null; then apt_install python3-venv; fi
   echo "[setup] creating .venv"
   "$PY" -m venv .venv
 fi
@@ -38,10 +48,7 @@ for pkg in $BROWSER_PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ] && [ "${VINLENS_SKIP_CHROMIUM:-0}" != "1" ]; then
-  echo "[setup] installing with apt (sudo when not root):$missing"
-  SUDO=""
-  [ "$(id -u)" = "0" ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+  # shellcheck disable=SC2086  # one word per package
+  apt_install $missing
 fi
 echo "[setup] done"
