@@ -16,10 +16,13 @@ from pathlib import Path
 MODULES = (
     "vinlens",
     "vinlens.model_inspection",
+    "vinlens.health",
     "vinlens.attribution.targets",
+    "vinlens.attribution.layout",
     "vinlens.attribution.capture",
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
+    "vinlens.attribution.flatness",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

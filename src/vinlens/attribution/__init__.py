@@ -14,6 +14,8 @@ from vinlens.attribution.explain import (
     explain_cameras,
     normalize_map,
 )
+from vinlens.attribution.flatness import MapFlatness, map_flatness
+from vinlens.attribution.layout import LAYER_LAYOUTS, LayerLayoutError
 from vinlens.attribution.methods import ablation_cam, grad_cam, grad_cam_plus_plus
 from vinlens.attribution.targets import (
     CameraExplanationTarget,
@@ -24,9 +26,12 @@ from vinlens.attribution.targets import (
 
 __all__ = [
     "ATTRIBUTION_METHODS",
+    "LAYER_LAYOUTS",
     "CameraAttribution",
     "CameraExplanationTarget",
+    "LayerLayoutError",
     "LayerTarget",
+    "MapFlatness",
     "VisionCaptureMode",
     "ablation_cam",
     "camera_targets_for_layer",
@@ -34,5 +39,6 @@ __all__ = [
     "explain_cameras",
     "grad_cam",
     "grad_cam_plus_plus",
+    "map_flatness",
     "normalize_map",
 ]

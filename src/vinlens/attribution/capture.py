@@ -11,10 +11,12 @@ from typing import TypeAlias
 
 import torch
 
+from vinlens.attribution.layout import LayerLayoutError, SpatialReader, spatial_reader
 from vinlens.attribution.targets import CameraExplanationTarget, VisionCaptureMode
 
 __all__ = [
     "ActivationCapture",
+    "CameraHook",
     "GradientCapture",
     "TensorModuleOutput",
     "replace_camera_tensor",
@@ -28,7 +30,60 @@ __all__ = [
 TensorModuleOutput: TypeAlias = torch.Tensor | tuple[torch.Tensor | None, ...]
 
 
-class GradientCapture:
+class CameraHook:
+    """Base of the per-camera forward hooks: call counting, output and camera selection.
+
+    Also decides once, at the first matching call, how the layer output is read as
+    ``[B, C, H, W]`` (:func:`~vinlens.attribution.layout.spatial_reader`); a layout
+    that cannot be decided is kept and raised when a map needs it, so capturing alone
+    works on any layer.
+    """
+
+    def __init__(self, target: CameraExplanationTarget) -> None:
+        self.target = target
+        self.call_index = 0
+        self.reader: SpatialReader | None = None
+        self.layout_error: LayerLayoutError | None = None
+
+    def _camera_output(
+        self, module: torch.nn.Module, module_output: TensorModuleOutput
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(layer output, camera slice)`` for a call of this camera, else ``None``."""
+        current_call_index = self.call_index
+        self.call_index += 1
+        if not should_capture_invocation(call_index=current_call_index, target=self.target):
+            return None
+        layer = self.target.target
+        output = _layer_output(module_output, layer.module_path, layer.output_index)
+        if self.reader is None and self.layout_error is None:
+            try:
+                self.reader = spatial_reader(
+                    layer.module_path,
+                    layer.layout,
+                    layer.reshape_transform,
+                    module,
+                    output,
+                    camera_key=self.target.camera_key,
+                )
+            except LayerLayoutError as exc:
+                self.layout_error = exc
+        return output, select_camera_tensor(tensor=output, target=self.target)
+
+    def require_reader(self) -> SpatialReader:
+        """How the captured output is read as ``[B, C, H, W]``.
+
+        Raises:
+            LayerLayoutError: When the layout is ambiguous or does not fit the output.
+            RuntimeError: When no output was captured.
+        """
+        if self.layout_error is not None:
+            raise self.layout_error
+        if self.reader is None:
+            raise RuntimeError("Target activation was not captured.")
+        return self.reader
+
+
+class GradientCapture(CameraHook):
     """Capture activation and gradient for one camera target."""
 
     def __init__(self, target: CameraExplanationTarget) -> None:
@@ -37,8 +92,7 @@ class GradientCapture:
         Args:
             target: Concrete camera target whose activation should be captured.
         """
-        self.target = target
-        self.call_index = 0
+        super().__init__(target)
         self.activation: torch.Tensor | None = None
         self.gradient: torch.Tensor | None = None
 
@@ -61,12 +115,8 @@ class GradientCapture:
                 forward pass, which would pair the last activation with the
                 gradient of an earlier one.
         """
-        current_call_index = self.call_index
-        self.call_index += 1
-        if not should_capture_invocation(
-            call_index=current_call_index,
-            target=self.target,
-        ):
+        selected = self._camera_output(module, module_output)
+        if selected is None:
             return
         if self.activation is not None:
             raise RuntimeError(
@@ -76,14 +126,7 @@ class GradientCapture:
                 "pairing would be ambiguous. Use a per-camera capture mode or "
                 "a more specific target layer."
             )
-        activation = select_tensor_output(
-            value=module_output,
-            output_index=self.target.target.output_index,
-        )
-        camera_activation = select_camera_tensor(
-            tensor=activation,
-            target=self.target,
-        )
+        activation, camera_activation = selected
         if not activation.requires_grad:
             raise RuntimeError("Target activation does not require gradients.")
         self.activation = camera_activation.detach()
@@ -116,8 +159,14 @@ class GradientCapture:
             raise RuntimeError("Target gradient was not captured.")
         return self.activation, self.gradient
 
+    def require_nchw_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`require_tensors` read as ``[B, C, H, W]`` by the layer's layout."""
+        activation, gradient = self.require_tensors()
+        reader = self.require_reader()
+        return reader.to_nchw(activation), reader.to_nchw(gradient)
 
-class ActivationCapture:
+
+class ActivationCapture(CameraHook):
     """Capture activation for one perturbation target."""
 
     def __init__(self, target: CameraExplanationTarget) -> None:
@@ -126,8 +175,7 @@ class ActivationCapture:
         Args:
             target: Concrete camera target whose activation should be captured.
         """
-        self.target = target
-        self.call_index = 0
+        super().__init__(target)
         self.activation: torch.Tensor | None = None
 
     def forward_hook(
@@ -143,21 +191,9 @@ class ActivationCapture:
             module_input: Positional module inputs from PyTorch's hook API.
             module_output: Module output to capture.
         """
-        current_call_index = self.call_index
-        self.call_index += 1
-        if not should_capture_invocation(
-            call_index=current_call_index,
-            target=self.target,
-        ):
-            return
-        activation = select_tensor_output(
-            value=module_output,
-            output_index=self.target.target.output_index,
-        )
-        self.activation = select_camera_tensor(
-            tensor=activation,
-            target=self.target,
-        ).detach()
+        selected = self._camera_output(module, module_output)
+        if selected is not None:
+            self.activation = selected[1].detach()
 
     def require_activation(self) -> torch.Tensor:
         """Return the captured activation tensor.
@@ -171,6 +207,27 @@ class ActivationCapture:
         if self.activation is None:
             raise RuntimeError("Target activation was not captured.")
         return self.activation
+
+
+def _layer_output(
+    value: TensorModuleOutput, module_path: str, output_index: int | None
+) -> torch.Tensor:
+    """:func:`select_tensor_output` with the layer named when ``output_index`` is out of range."""
+    if (
+        output_index is not None
+        and isinstance(value, tuple)
+        and not -len(value) <= output_index < len(value)
+    ):
+        raise ValueError(
+            f"Target layer {module_path!r} returned a tuple of length {len(value)}; "
+            f"output_index={output_index} is out of range (valid: 0..{len(value) - 1})."
+        )
+    if not isinstance(value, torch.Tensor | tuple):
+        raise TypeError(
+            f"Target layer {module_path!r} returned {type(value).__name__}; attribution needs "
+            "a tensor or a tuple of tensors."
+        )
+    return select_tensor_output(value, output_index)
 
 
 def select_tensor_output(
@@ -196,6 +253,11 @@ def select_tensor_output(
         return value
 
     if output_index is not None:
+        if not -len(value) <= output_index < len(value):
+            raise ValueError(
+                f"Target layer output_index={output_index} is out of range for a tuple "
+                f"output of length {len(value)}."
+            )
         indexed_value = value[output_index]
         if indexed_value is None:
             raise RuntimeError(f"Target layer output_index={output_index} has no tensor.")

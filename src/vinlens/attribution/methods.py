@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from vinlens.attribution.capture import (
     ActivationCapture,
+    CameraHook,
     GradientCapture,
     TensorModuleOutput,
     replace_camera_tensor,
-    select_camera_tensor,
     select_tensor_output,
     should_capture_invocation,
 )
@@ -51,9 +50,13 @@ __all__ = [
     "Score",
     "ablation_cam",
     "ablation_cam_with_scores",
+    "ablation_weights",
+    "cam_from_channel_weights",
     "explanation_mode",
     "grad_cam",
     "grad_cam_plus_plus",
+    "grad_cam_plus_plus_weights",
+    "grad_cam_weights",
     "gradient_captures",
     "resolve_target_module",
 ]
@@ -157,15 +160,6 @@ def _per_sample_scores(value: torch.Tensor, batch_size: int, *, what: str) -> to
     return flat
 
 
-def _require_spatial(activation: torch.Tensor, target: CameraExplanationTarget) -> None:
-    if activation.ndim != 4:
-        raise ValueError(
-            f"Layer {target.target.module_path!r} gives camera {target.camera_key!r} an "
-            f"activation of shape {tuple(activation.shape)}; class activation maps need "
-            "[B, C, H, W]. Pick a convolutional layer."
-        )
-
-
 def _missing_activation_error(target: CameraExplanationTarget, call_count: int) -> RuntimeError:
     return RuntimeError(
         f"Target layer {target.target.module_path!r} never produced camera "
@@ -173,6 +167,11 @@ def _missing_activation_error(target: CameraExplanationTarget, call_count: int) 
         f"invocation_index={target.invocation_index}); the layer ran {call_count} time(s) "
         "during score(). Check the module path, the capture mode and the invocation index."
     )
+
+
+def _drop_live_outputs(captures: Sequence[_GraphGradientCapture]) -> None:
+    for capture in captures:
+        capture.live_output = None
 
 
 def gradient_captures(
@@ -184,78 +183,96 @@ def gradient_captures(
 
     All targets share one forward and one backward pass, so explaining three cameras
     costs about what explaining one does. Activations and gradients are detached,
-    camera-sliced tensors ``[B, C, H, W]``; the score is detached.
+    camera-sliced tensors read as ``[B, C, H, W]`` by each layer's layout (see
+    :mod:`vinlens.attribution.layout`); the score is detached.
 
     Raises:
-        ValueError: If a module path does not exist or the score has a bad shape.
+        ValueError: If a module path does not exist, the score has a bad shape, or a
+            layer's layout is ambiguous or does not fit (:class:`LayerLayoutError`).
         RuntimeError: If a target layer never ran for its camera, the score does not
             depend on a camera's activation, or the seed capture helpers reject the
             routing (layer invoked twice, activation without gradients).
     """
     modules = [resolve_target_module(model, target.target) for target in targets]
     captures = [_GraphGradientCapture(target) for target in targets]
-    handles: list[RemovableHandle] = []
-    try:
-        with explanation_mode(model, enable_parameter_grads=True), torch.enable_grad():
-            for module, capture in zip(modules, captures, strict=True):
-                handles.append(module.register_forward_hook(capture.forward_hook))
-            value = _score_tensor(score())
-            for capture in captures:
-                if capture.live_output is None:
-                    raise _missing_activation_error(capture.target, capture.call_index)
-            if not value.requires_grad:
-                raise RuntimeError(
-                    "score() returned a tensor that does not require gradients; compute it "
-                    "from the model output without torch.no_grad() or .detach()."
-                )
-            inputs: list[torch.Tensor] = []
-            for capture in captures:
-                live = capture.live_output
-                if live is not None and not any(live is seen for seen in inputs):
-                    inputs.append(live)
-            # Backward stops at the target activations; parameters' .grad stay untouched.
-            torch.autograd.grad(value.sum(), inputs, allow_unused=True)
-            results = []
-            for capture in captures:
-                if capture.gradient is None:
-                    raise RuntimeError(
-                        f"score() does not depend on camera {capture.target.camera_key!r}'s "
-                        f"activation at layer {capture.target.target.module_path!r}; there is "
-                        "no gradient to explain."
-                    )
-                activation, gradient = capture.require_tensors()
-                _require_spatial(activation, capture.target)
-                results.append((activation, gradient))
-            return results, value.detach()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with ExitStack() as stack:
+        stack.enter_context(explanation_mode(model, enable_parameter_grads=True))
+        stack.enter_context(torch.enable_grad())
+        stack.callback(_drop_live_outputs, captures)
+        for module, capture in zip(modules, captures, strict=True):
+            stack.callback(module.register_forward_hook(capture.forward_hook).remove)
+        value = _score_tensor(score())
         for capture in captures:
-            capture.live_output = None
+            if capture.live_output is None:
+                raise _missing_activation_error(capture.target, capture.call_index)
+        if not value.requires_grad:
+            raise RuntimeError(
+                "score() returned a tensor that does not require gradients; compute it "
+                "from the model output without torch.no_grad() or .detach()."
+            )
+        inputs: list[torch.Tensor] = []
+        for capture in captures:
+            live = capture.live_output
+            if live is not None and not any(live is seen for seen in inputs):
+                inputs.append(live)
+        # Backward stops at the target activations; parameters' .grad stay untouched.
+        torch.autograd.grad(value.sum(), inputs, allow_unused=True)
+        results = []
+        for capture in captures:
+            if capture.gradient is None:
+                raise RuntimeError(
+                    f"score() does not depend on camera {capture.target.camera_key!r}'s "
+                    f"activation at layer {capture.target.target.module_path!r}; there is "
+                    "no gradient to explain."
+                )
+            results.append(capture.require_nchw_tensors())
+        return results, value.detach()
 
 
-def grad_cam_from_tensors(activation: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
-    """Grad-CAM map ``ReLU(sum_k mean_hw(dS/dA_k) * A_k)``, shape ``[B, H, W]``."""
-    weights = gradient.mean(dim=(2, 3), keepdim=True)
-    return torch.relu((weights * activation).sum(dim=1))
+def cam_from_channel_weights(weights: torch.Tensor, activation: torch.Tensor) -> torch.Tensor:
+    """``ReLU(sum_k w_k A_k)``: ``weights`` ``[B, C]``, ``activation`` ``[B, C, H, W]`` -> ``[B, H, W]``."""
+    return torch.relu((weights[:, :, None, None] * activation).sum(dim=1))
 
 
-def grad_cam_plus_plus_from_tensors(
-    activation: torch.Tensor, gradient: torch.Tensor
-) -> torch.Tensor:
-    """Grad-CAM++ map (Chattopadhyay et al. 2018), shape ``[B, H, W]``.
+def grad_cam_weights(activation: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM channel weights ``mean_hw(dS/dA_k)``, shape ``[B, C]``."""
+    return gradient.mean(dim=(2, 3))
 
-    Uses the closed form with an exponential score, as in the paper and in
-    pytorch-grad-cam: ``alpha = g^2 / (2 g^2 + sum_hw(A) g^3)``, channel weights
-    ``sum_hw(alpha * ReLU(g))``.
+
+def grad_cam_plus_plus_weights(activation: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM++ channel weights (Chattopadhyay et al. 2018), shape ``[B, C]``.
+
+    The closed form with an exponential score, as in the paper and in pytorch-grad-cam:
+    ``alpha = g^2 / (2 g^2 + sum_hw(A) g^3)``, weights ``sum_hw(alpha * ReLU(g))``.
     """
     grads_2 = gradient.pow(2)
     grads_3 = grads_2 * gradient
     sum_activation = activation.sum(dim=(2, 3), keepdim=True)
     alpha = grads_2 / (2 * grads_2 + sum_activation * grads_3 + _GRAD_CAM_PLUS_PLUS_EPS)
     alpha = torch.where(gradient != 0, alpha, torch.zeros_like(alpha))
-    weights = (alpha * torch.relu(gradient)).sum(dim=(2, 3), keepdim=True)
-    return torch.relu((weights * activation).sum(dim=1))
+    return (alpha * torch.relu(gradient)).sum(dim=(2, 3))
+
+
+def ablation_weights(base_scores: torch.Tensor, ablated_scores: torch.Tensor) -> torch.Tensor:
+    """Ablation-CAM channel weights ``(y - y_k) / y``: ``[B]`` and ``[C, B]`` -> ``[B, C]``."""
+    denominator = torch.where(
+        base_scores.abs() < _ABLATION_SCORE_EPS,
+        torch.full_like(base_scores, _ABLATION_SCORE_EPS),
+        base_scores,
+    )
+    return ((base_scores - ablated_scores) / denominator).transpose(0, 1)
+
+
+def grad_cam_from_tensors(activation: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM map ``ReLU(sum_k mean_hw(dS/dA_k) * A_k)``, shape ``[B, H, W]``."""
+    return cam_from_channel_weights(grad_cam_weights(activation, gradient), activation)
+
+
+def grad_cam_plus_plus_from_tensors(
+    activation: torch.Tensor, gradient: torch.Tensor
+) -> torch.Tensor:
+    """Grad-CAM++ map (:func:`grad_cam_plus_plus_weights`), shape ``[B, H, W]``."""
+    return cam_from_channel_weights(grad_cam_plus_plus_weights(activation, gradient), activation)
 
 
 def grad_cam(model: nn.Module, target: CameraExplanationTarget, score: Score) -> torch.Tensor:
@@ -278,13 +295,12 @@ def grad_cam_plus_plus(
     return grad_cam_plus_plus_from_tensors(activation, gradient)
 
 
-class _AblationHook:
+class _AblationHook(CameraHook):
     """Forward hook that swaps one camera's activation for a prepared (ablated) tensor."""
 
     def __init__(self, target: CameraExplanationTarget, replacement: torch.Tensor) -> None:
-        self.target = target
+        super().__init__(target)
         self.replacement = replacement
-        self.call_index = 0
         self.applied = False
 
     def __call__(
@@ -293,9 +309,8 @@ class _AblationHook:
         module_input: tuple[torch.Tensor, ...],
         module_output: TensorModuleOutput,
     ) -> TensorModuleOutput:
-        call_index = self.call_index
-        self.call_index += 1
-        if not should_capture_invocation(call_index=call_index, target=self.target):
+        selected = self._camera_output(module, module_output)
+        if selected is None:
             return module_output
         if self.applied:
             raise RuntimeError(
@@ -305,8 +320,7 @@ class _AblationHook:
                 "per-camera capture mode or a more specific target layer."
             )
         self.applied = True
-        output = select_tensor_output(module_output, self.target.target.output_index)
-        camera_slice = select_camera_tensor(output, self.target)
+        output, camera_slice = selected
         if camera_slice.shape != self.replacement.shape:
             raise RuntimeError(
                 f"Camera {self.target.camera_key!r} activation at "
@@ -342,10 +356,11 @@ def ablation_cam(
 ) -> torch.Tensor:
     """Ablation-CAM (Desai & Ramaswamy 2020) for one camera, ``[B, H, W]``.
 
-    Channel ``k`` of the camera's activation is replaced by ``ablation_value`` and the
-    relative score drop ``w_k = (y - y_k) / y`` weights that channel:
-    ``ReLU(sum_k w_k A_k)``. No gradients are used, so it also works on layers whose
-    gradients are saturated or noisy.
+    Channel ``k`` of the camera's activation (read as ``[B, C, H, W]`` by the layer's
+    layout; leading tokens of a token layer are left alone) is replaced by
+    ``ablation_value`` and the relative score drop ``w_k = (y - y_k) / y`` weights that
+    channel: ``ReLU(sum_k w_k A_k)``. No gradients are used, so it also works on
+    layers whose gradients are saturated or noisy.
 
     ``score`` must return one score per sample (or a scalar when ``B == 1``). With
     ``replicated_score`` (see :data:`ReplicatedScore`), ``channel_batch_size`` ablations
@@ -376,13 +391,15 @@ def ablation_cam_with_scores(
     if channel_batch_size < 1:
         raise ValueError(f"channel_batch_size must be >= 1, got {channel_batch_size}.")
     module = resolve_target_module(model, target.target)
+    capture = ActivationCapture(target)
+    # The unablated forward keeps its autograd history so that an unhinted layout can
+    # be decided from how the layer output was computed, as the gradient methods do.
+    with ExitStack() as stack:
+        stack.enter_context(explanation_mode(model, enable_parameter_grads=True))
+        stack.enter_context(torch.enable_grad())
+        stack.callback(module.register_forward_hook(capture.forward_hook).remove)
+        baseline = _score_tensor(score()).detach()
     with explanation_mode(model, enable_parameter_grads=False), torch.no_grad():
-        capture = ActivationCapture(target)
-        handle = module.register_forward_hook(capture.forward_hook)
-        try:
-            baseline = _score_tensor(score())
-        finally:
-            handle.remove()
         if capture.activation is None:
             raise _missing_activation_error(target, capture.call_index)
         if (
@@ -396,9 +413,14 @@ def ablation_cam_with_scores(
                 f"{target.capture_mode!r}; which call to ablate is ambiguous. Use a "
                 "per-camera capture mode or a more specific target layer."
             )
-        activation = capture.require_activation()
-        _require_spatial(activation, target)
+        raw = capture.require_activation()
+        reader = capture.require_reader()
+        activation = reader.to_nchw(raw)
         batch, channels = activation.shape[:2]
+        # Flat positions in the layer's own layout of each [B, C, H, W] channel.
+        channel_positions = (
+            reader.source_index(tuple(raw.shape), raw.device).transpose(0, 1).reshape(channels, -1)
+        )
         base_scores = _per_sample_scores(baseline, batch, what="score()")
 
         chunk = channel_batch_size if replicated_score is not None else 1
@@ -408,18 +430,16 @@ def ablation_cam_with_scores(
         for start in range(0, channels, chunk):
             stop = min(start + chunk, channels)
             repeats = stop - start
-            replacement = activation.repeat(repeats, 1, 1, 1)
-            for offset, channel in enumerate(range(start, stop)):
-                replacement[offset * batch : (offset + 1) * batch, channel] = ablation_value
+            replacement = raw.repeat(repeats, *([1] * (raw.ndim - 1)))
+            rows = torch.arange(repeats, device=raw.device).unsqueeze(1)
+            replacement.view(repeats, -1)[rows, channel_positions[start:stop]] = ablation_value
             hook = _AblationHook(target, replacement)
-            handle = module.register_forward_hook(hook)
-            try:
+            with ExitStack() as stack:
+                stack.callback(module.register_forward_hook(hook).remove)
                 if replicated_score is not None:
                     value = _score_tensor(replicated_score(repeats), what="replicated_score(r)")
                 else:
                     value = _score_tensor(score())
-            finally:
-                handle.remove()
             if not hook.applied:
                 raise _missing_activation_error(target, hook.call_index)
             what = "replicated_score(r)" if replicated_score is not None else "score()"
@@ -427,11 +447,5 @@ def ablation_cam_with_scores(
                 value, repeats * batch, what=what
             ).reshape(repeats, batch)
 
-        denominator = torch.where(
-            base_scores.abs() < _ABLATION_SCORE_EPS,
-            torch.full_like(base_scores, _ABLATION_SCORE_EPS),
-            base_scores,
-        )
-        weights = (base_scores - ablated_scores) / denominator  # [C, B]
-        cam = torch.einsum("cb,bchw->bhw", weights.to(activation.dtype), activation)
-        return torch.relu(cam), base_scores
+        weights = ablation_weights(base_scores, ablated_scores)
+        return cam_from_channel_weights(weights.to(activation.dtype), activation), base_scores

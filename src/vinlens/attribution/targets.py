@@ -18,9 +18,13 @@ where it was written rather than as a silently wrong heatmap later.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+import torch
+
+from vinlens.attribution.layout import parse_layout
 
 __all__ = [
     "CameraExplanationTarget",
@@ -47,15 +51,24 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True)
 class LayerTarget:
-    """A module inside the model, by its dotted path, and which of its outputs to use.
+    """A module inside the model, by its dotted path, which output to use and how to read it.
 
     Attributes:
         module_path: Dotted path as in ``model.named_modules()`` (e.g. ``"encoders.rgb.conv3"``).
         output_index: Index into a tuple output; ``None`` picks the first tensor output.
+        layout: How the output holds a feature map: ``"NCHW"``, ``"NHWC"`` (channels
+            last, e.g. Swin), ``"tokens"`` (``[B, N, C]`` with a square patch grid after
+            leading class/register tokens, their count inferred) or ``"tokens:<n>"``
+            (``n`` leading tokens). ``None``: decided only where unambiguous, see
+            :mod:`vinlens.attribution.layout`. Stored normalised (``"nchw"`` -> ``"NCHW"``).
+        reshape_transform: Callable from the layer's output (a camera's part of it, batch
+            first) to ``[B, C, H, W]``, as in pytorch-grad-cam. Give this or ``layout``.
     """
 
     module_path: str
     output_index: int | None = None
+    layout: str | None = None
+    reshape_transform: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.module_path, str) or not self.module_path.strip():
@@ -67,6 +80,23 @@ class LayerTarget:
             raise ValueError(
                 f"LayerTarget.output_index must be an int or None, got {self.output_index!r}."
             )
+        if self.layout is not None and self.reshape_transform is not None:
+            raise ValueError(
+                f"LayerTarget({self.module_path!r}): give layout or reshape_transform, not both "
+                f"(got layout={self.layout!r} and a reshape_transform)."
+            )
+        if self.reshape_transform is not None and not callable(self.reshape_transform):
+            raise TypeError(
+                f"LayerTarget({self.module_path!r}).reshape_transform must be a callable "
+                f"output -> [B, C, H, W], got {type(self.reshape_transform).__name__}."
+            )
+        if self.layout is not None:
+            try:
+                kind, leading = parse_layout(self.layout)
+            except ValueError as exc:
+                raise ValueError(f"LayerTarget({self.module_path!r}): {exc}") from None
+            canonical = kind if leading is None else f"{kind}:{leading}"
+            object.__setattr__(self, "layout", canonical)
 
 
 @dataclass(frozen=True)
@@ -156,6 +186,8 @@ def camera_targets_for_layer(
     camera_keys: Sequence[str],
     *,
     output_index: int | None = None,
+    layout: str | None = None,
+    reshape_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[CameraExplanationTarget, ...]:
     """Build one target per camera from a layer choice and a capture mode.
 
@@ -169,6 +201,9 @@ def camera_targets_for_layer(
     * ``dedicated_layer``: each camera needs its own layer, so ``layer`` is either a
       mapping camera key -> module path, or a path containing ``{camera}`` which is
       replaced by the camera key (``"encoders.{camera}.conv3"``).
+
+    ``output_index``, ``layout`` and ``reshape_transform`` go to every camera's
+    :class:`LayerTarget`.
 
     Raises:
         ValueError: On an empty or duplicated camera list, or a layer that cannot give
@@ -190,7 +225,7 @@ def camera_targets_for_layer(
         return tuple(
             CameraExplanationTarget(
                 camera_key=key,
-                target=LayerTarget(paths[key], output_index),
+                target=LayerTarget(paths[key], output_index, layout, reshape_transform),
                 capture_mode=mode,
             )
             for key in keys
@@ -200,7 +235,7 @@ def camera_targets_for_layer(
             f"capture mode {mode.value!r} uses one shared layer; pass its module path as a "
             f"string, got {layer!r}."
         )
-    layer_target = LayerTarget(layer, output_index)
+    layer_target = LayerTarget(layer, output_index, layout, reshape_transform)
     if mode is VisionCaptureMode.PER_CAMERA_CALL:
         return tuple(
             CameraExplanationTarget(key, layer_target, mode, invocation_index=index)
