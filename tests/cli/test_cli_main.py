@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -250,3 +251,15 @@ def test_json_output_is_strict(dataset: SyntheticDatasetRecord) -> None:
     result = _run("store", "info", str(dataset.store.store_dir), "--json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["num_samples"] == dataset.store.num_samples
+
+
+def test_nothing_outside_the_cli_package_imports_it() -> None:
+    pattern = re.compile(r"^\s*(from|import)\s+vinlens\.cli\b", re.MULTILINE)
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in (SRC / "vinlens").rglob("*.py")
+        if "cli" not in path.relative_to(SRC / "vinlens").parts and pattern.search(path.read_text())
+    ]
+    assert offenders == []
+    old_homes = ["cli_model.py", "store/cli.py", "store/cli_diagnostics.py", "demo/cli.py"]
+    assert [p for p in old_homes if (SRC / "vinlens" / p).exists()] == []
