@@ -266,7 +266,7 @@ def test_fsspec_access_pickles_as_location_and_options(s3_dataset: S3Dataset) ->
 
 
 @pytest.mark.timeout(300)
-def test_dask_local_cluster_coverage_equals_local(s3_dataset: S3Dataset) -> None:
+def test_dask_local_cluster_coverage_and_stats_equal_local(s3_dataset: S3Dataset) -> None:
     distributed = pytest.importorskip("distributed")
     local = collect_vin_offline_dataset_coverage(s3_dataset.local.config)
     with (
@@ -288,3 +288,13 @@ def test_dask_local_cluster_coverage_equals_local(s3_dataset: S3Dataset) -> None
             )
             assert _coverage_without_locations(record) == _coverage_without_locations(local)
             assert done[0] == 0 and done[-1] == record.tar_shards_scanned
+        local_stats = collect_vin_offline_dataset_stats(s3_dataset.local.config, max_samples=None)
+        remote_stats = collect_vin_offline_dataset_stats(
+            s3_dataset.remote, max_samples=None, executor=executor
+        )
+        assert (
+            dataclasses.replace(
+                remote_stats, store_dir=local_stats.store_dir, generation=local_stats.generation
+            )
+            == local_stats
+        )

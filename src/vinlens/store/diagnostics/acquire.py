@@ -20,7 +20,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from vinlens.store.diagnostics.accumulators import StatsPartial
@@ -417,7 +416,9 @@ def capture_vin_offline_dataset_stats_request(
     checked = check_max_samples(max_samples)
     config = as_store_config(store)
     generation = capture_store_generation(config)
-    selection = VinOfflineStoreSelection(store_dir=generation.store_dir.path)
+    selection = VinOfflineStoreSelection(
+        store_dir=generation.store_dir.path, storage_options=config.storage_options
+    )
     return VinOfflineDatasetStatsRequest(
         selection=selection, generation=generation, max_samples=checked
     )
@@ -432,9 +433,9 @@ def _replaced(request: VinOfflineDatasetStatsRequest, when: str) -> VinOfflineSt
     )
 
 
-def _current_generation(path: str) -> StoreGeneration | None:
+def _current_generation(config: VinOfflineStoreConfig) -> StoreGeneration | None:
     try:
-        return capture_store_generation(path)
+        return capture_store_generation(config)
     except (VinOfflineStoreError, OSError):
         return None
 
@@ -474,14 +475,16 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
-    path = request.selection.store_dir
-    if _current_generation(path) != request.generation:
+    config = VinOfflineStoreConfig(
+        store_dir=request.selection.store_dir,
+        storage_options=request.selection.storage_options,
+    )
+    if _current_generation(config) != request.generation:
         raise _replaced(request, "before the read started")
-    config = VinOfflineStoreConfig(store_dir=Path(path))
     try:
         reader = VinOfflineStoreReader(config)
     except (VinOfflineStoreError, OSError) as exc:
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being opened") from exc
         raise
     try:
@@ -499,14 +502,14 @@ def inspect_vin_offline_dataset_stats_with_progress(
         except VinOfflineStoreReplacedError:
             raise
         except Exception as exc:
-            if _current_generation(path) != request.generation:
+            if _current_generation(config) != request.generation:
                 raise _replaced(request, "while it was being read") from exc
             raise
         try:
             reader.check_generation()
         except StoreReplacedError as exc:
             raise _replaced(request, "while it was being read") from exc
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being read")
         return result
     finally:

@@ -162,6 +162,8 @@ class VinOfflineStoreSelection:
 
     store_dir: str
     scope: str = "root"
+    # How to reach a URL store; credentials never enter the request's digest.
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json_dict(self) -> dict[str, str]:
         return {"scope": self.scope, "store_dir": self.store_dir}
