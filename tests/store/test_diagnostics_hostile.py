@@ -24,7 +24,9 @@ from vinlens.store.diagnostics import (
 )
 from vinlens.store.reader import VinOfflineStoreReader
 from vinlens.store.records import RecordDecodeError, decode_record, decode_records
+from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreRecord
+from vinlens.store.writer import VinOfflineStoreWriter
 
 DAMAGED = "00001"
 
@@ -200,3 +202,35 @@ def test_zero_chunk_extent_is_a_named_error(small_store: SyntheticStoreRecord) -
     assert "chunk_shape [0, 16]" in message and ">= 1" in message
     stats = collect_vin_offline_dataset_stats(store, max_samples=None)
     assert any(p.kind == "BlockMismatchError" for p in stats.integrity_problems)
+
+
+def test_compressed_chunk_on_a_device_is_refused_before_zarr_opens_it(tmp_path: Path) -> None:
+    c = 4
+    rng = np.random.default_rng(0)
+    path = tmp_path / "zstd"
+    with VinOfflineStoreWriter(
+        path, num_candidates=c, rows_per_shard=6, compressor="zstd", fsync=False
+    ) as writer:
+        for i in range(12):
+            writer.add(
+                VinOfflineSample(
+                    sample_key=f"k{i}",
+                    scene_id="scene_1",
+                    snippet_id=f"snippet_{i}",
+                    split="train",
+                    vin_points=np.zeros((3, 3), np.float32),
+                    candidate_valid=np.ones(c, bool),
+                    rri=rng.random(c).astype(np.float32),
+                )
+            )
+    chunk = path / "shards" / DAMAGED / "arrays" / "rri" / "c" / "0" / "0"
+    assert chunk.is_file()
+    chunk.unlink()
+    os.symlink("/dev/urandom", chunk)
+    stats = collect_vin_offline_dataset_stats(path, max_samples=None)
+    assert [(p.kind, p.path) for p in stats.integrity_problems if p.block == "rri"] == [
+        ("CorruptChunkError", str(chunk))
+    ]
+    assert stats.rri is not None and stats.rri.count == 6 * c  # shard 00000 only
+    assert stats.rri.minimum is not None and stats.rri.minimum >= 0.0
+    assert stats.rri.maximum is not None and stats.rri.maximum <= 1.0

@@ -195,3 +195,13 @@ def test_moments_merge_is_exact_and_order_free() -> None:
     assert count == values.size
     assert mean == pytest.approx(values.mean(), rel=1e-14)
     assert std == pytest.approx(values.std(), rel=1e-9)
+
+
+def test_s3_store_on_a_process_pool_equals_in_process(s3_dataset: Any) -> None:
+    """Tasks carry the URL and storage options; each worker reopens the store over S3."""
+    request = capture_vin_offline_dataset_stats_request(s3_dataset.remote, max_samples=None)
+    local = inspect_vin_offline_dataset_stats(request)
+    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+        remote = inspect_vin_offline_dataset_stats(request, executor=pool)
+    _assert_identical(local, remote)
+    assert remote.store_dir == s3_dataset.remote.store_dir

@@ -89,13 +89,13 @@ class ShardTask:
 # --------------------------------------------------------------------------------------
 
 _worker_lock = threading.Lock()
-_worker_reader: tuple[str, VinOfflineStoreReader] | None = None
+_worker_reader: tuple[str, VinOfflineStoreReader] | None = None  # (request digest, reader)
 
 
 def _reader_for(task: ShardTask) -> VinOfflineStoreReader:
     """This process's reader for the task's request (parsed once per process and request)."""
     global _worker_reader
-    key = f"{task.config.model_dump_json()}|{task.request.digest()}"
+    key = task.request.digest()
     with _worker_lock:
         if _worker_reader is not None and _worker_reader[0] == key:
             return _worker_reader[1]
@@ -475,6 +475,7 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
+    # The config travels to workers: a path or URL plus storage options, never a handle.
     config = VinOfflineStoreConfig(
         store_dir=request.selection.store_dir,
         storage_options=request.selection.storage_options,
