@@ -200,10 +200,6 @@ def _progress(args: argparse.Namespace, label: str, unit: str) -> Iterator[Progr
             bar.close()
 
 
-def _with_executor(executor: Executor | None) -> dict[str, Any]:
-    return {} if executor is None else {"executor": executor}
-
-
 # --------------------------------------------------------------------------- make-demo
 
 MAKE_DEMO_HELP = "write a synthetic store (and optionally matching raw tar shards)"
@@ -364,9 +360,7 @@ def stats(args: argparse.Namespace) -> int:
         _progress(args, "scanning", "rows") as bar,
     ):
         request = capture_vin_offline_dataset_stats_request(config, max_samples=max_samples)
-        record = inspect_vin_offline_dataset_stats_with_progress(
-            request, bar, **_with_executor(executor)
-        )
+        record = inspect_vin_offline_dataset_stats_with_progress(request, bar, executor=executor)
     if args.json:
         print_json(record)
     else:
@@ -407,7 +401,7 @@ def coverage(args: argparse.Namespace) -> int:
         _progress(args, "reading tar headers", "tars") as bar,
     ):
         record = collect_vin_offline_dataset_coverage(
-            config, max_tars=args.max_tars, progress_cb=bar, **_with_executor(executor)
+            config, max_tars=args.max_tars, progress_cb=bar, executor=executor
         )
     if args.json:
         print_json(record)
