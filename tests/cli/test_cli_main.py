@@ -190,7 +190,7 @@ def test_a_shard_that_is_a_file_is_one_line_or_listed(
                     ["store", command, str(store)])  # fmt: skip
         out, err = capsys.readouterr()
         if command == "stats" and code == 0:
-            assert "integrity problems" in out and shard.name in out
+            assert "problems (most severe first)" in out and shard.name in out
         elif code != 0:
             assert code == 1
             _one_line_error(err, str(shard))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vinlens.cli.progress import ProgressBar
-from vinlens.cli.table import format_fields, print_json
+from vinlens.cli.table import format_fields, print_json, to_json_value
 
 if TYPE_CHECKING:
     from vinlens.store.format import VinOfflineStoreConfig
@@ -323,8 +323,9 @@ STATS_HELP = "statistics and integrity problems of a store"
 STATS_DESCRIPTION = (
     "Scan a store and print its statistics: samples per split, scenes and snippets, valid "
     "candidates per sample, RRI and its components, candidate poses, backbone field "
-    "moments, memory per sample, the batch shapes a DataLoader would produce, and every "
-    "integrity problem found (a damaged chunk is listed, never counted). Per-sample "
+    "moments, memory per sample, the batch shapes a DataLoader would produce, and the "
+    "problems found, ranked as the store dashboard ranks them: integrity errors (a damaged "
+    "chunk is listed, never counted), warnings and notices. Per-sample "
     "statistics read --max-samples rows spread over splits and shards; --all reads every "
     "row with bounded memory."
 )
@@ -350,6 +351,7 @@ def stats(args: argparse.Namespace) -> int:
     from vinlens.cli.store_tables import format_stats
     from vinlens.store.diagnostics import (
         capture_vin_offline_dataset_stats_request,
+        dashboard_problems,
         inspect_vin_offline_dataset_stats_with_progress,
     )
 
@@ -362,7 +364,8 @@ def stats(args: argparse.Namespace) -> int:
         request = capture_vin_offline_dataset_stats_request(config, max_samples=max_samples)
         record = inspect_vin_offline_dataset_stats_with_progress(request, bar, executor=executor)
     if args.json:
-        print_json(record)
+        # The record plus the engine's ranked problems (what the dashboard shows).
+        print_json({**to_json_value(record), "problems": dashboard_problems(record)})
     else:
         print(format_stats(record))
     return 0
