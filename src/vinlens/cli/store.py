@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vinlens.cli.arguments import non_negative_int, positive_int
 from vinlens.cli.progress import ProgressBar
 from vinlens.cli.table import format_fields, print_json, to_json_value
 
@@ -45,26 +46,6 @@ DASK_EXTRA_HINT = "pip install 'vinlens[dask]'"
 
 
 # --------------------------------------------------------------------------- argument types
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _storage_option(text: str) -> tuple[str, Any]:
@@ -125,7 +106,7 @@ def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="scan shards on N local processes (default: in this process)",
@@ -337,7 +318,7 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--max-samples",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=512,
         metavar="N",
         help="rows read for per-sample statistics (default 512)",
@@ -388,7 +369,7 @@ def add_coverage_arguments(parser: argparse.ArgumentParser) -> None:
         "--raw", required=True, metavar="DIR", help="raw dataset directory or URL (*.tar)"
     )
     parser.add_argument(
-        "--max-tars", type=_non_negative_int, default=None, metavar="N", help="scan N tars only"
+        "--max-tars", type=non_negative_int, default=None, metavar="N", help="scan N tars only"
     )
     _add_execution_arguments(parser)
 
