@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
-from vinlens.store.format import SpecialFileError, is_url
+from vinlens.store.format import DirectoryInsteadOfFileError, SpecialFileError, is_url
 
 __all__ = [
     "DEFAULT_S3_OPTIONS",
@@ -119,7 +119,9 @@ def _open_regular(path: str) -> int:
     try:
         mode = os.fstat(fd).st_mode
         if stat_module.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory, expected a file", path)
+            raise DirectoryInsteadOfFileError(
+                "is a directory", path=path, expected="a regular file"
+            )
         if not stat_module.S_ISREG(mode):
             raise SpecialFileError(
                 f"is {_file_kind(mode)}; refused without reading it",

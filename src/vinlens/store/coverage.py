@@ -31,8 +31,8 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.access import FileStat, StoreAccess, open_store_access
-from vinlens.store.format import VinOfflineStoreConfig
+from vinlens.store.access import FileStat, StoreAccess, StoreAccessError, open_store_access
+from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
 
@@ -259,7 +259,12 @@ def _tar_shards(access: StoreAccess) -> list[tuple[str, FileStat]]:
             f"{access.root}: raw dataset path is not a directory "
             "(expected a directory holding WebDataset *.tar shards)"
         )
-    return sorted(access.walk_file_stats("", suffix=".tar"))
+    try:
+        return list(access.walk_file_stats("", suffix=".tar"))
+    except (VinOfflineStoreError, StoreAccessError):
+        raise
+    except OSError as exc:  # a dangling *.tar link, a directory that vanished: name it
+        raise _unreadable(str(exc.filename or access.root), exc) from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -321,11 +326,20 @@ def _member_names(access: StoreAccess, rel: str, size: int) -> list[str]:
         return list_tar_member_names(handle, name=name, regular_only=True)
 
 
+def _unreadable(name: str, exc: OSError) -> StoreAccessError:
+    reason = exc.strerror or str(exc)
+    return StoreAccessError(f"{name}: cannot be read as a tar ({type(exc).__name__}: {reason})")
+
+
 def _scan_tar(task: _TarTask) -> _TarPartial:
     """The partial of one tar (runs in a worker: opens its own access from the task)."""
     access = open_store_access(task.location, task.storage_options)
     try:
         names = _member_names(access, task.rel, task.stat.size)
+    except (VinOfflineStoreError, StoreAccessError):
+        raise
+    except OSError as exc:  # vanished, dangling link, permissions: name the tar
+        raise _unreadable(access.describe(task.rel), exc) from exc
     finally:
         access.close()
     meta = sum(1 for name in names if name.startswith("__") and is_webdataset_meta(name))
