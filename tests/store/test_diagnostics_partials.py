@@ -172,6 +172,7 @@ def test_float16_moments_are_exact(tmp_path: Path) -> None:
     # The exact variance rounded once to float64, then the float64 square root.
     assert field.std == math.sqrt(float(variance))
     assert field.abs_mean == float(sum(abs(v) for v in values) / n)
+    assert (field.minimum, field.maximum) == (float(min(values)), float(max(values)))
     assert [p.kind for p in stats.integrity_problems] == ["NonFiniteValues"]
 
 
@@ -195,6 +196,7 @@ def test_moments_merge_is_exact_and_order_free() -> None:
     assert count == values.size
     assert mean == pytest.approx(values.mean(), rel=1e-14)
     assert std == pytest.approx(values.std(), rel=1e-9)
+    assert forward.extremes() == (values.min(), values.max())
 
 
 def test_s3_store_on_a_process_pool_equals_in_process(s3_dataset: Any) -> None:
