@@ -9,6 +9,7 @@ import pytest
 from s3_server import S3Dataset
 
 from vinlens.cli import main
+from vinlens.store.access import DEFAULT_S3_OPTIONS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,6 +60,9 @@ def test_info_stats_coverage_over_s3_equal_local(
 
     assert main(["store", "info", store_url, *option]) == 0
     assert f"store         {store_url}" in capsys.readouterr().out
+    # botocore rewrites the retries dict it is given (max_attempts -> total_max_attempts);
+    # the module's defaults must not be that dict, or docs/api.md and later clients change.
+    assert "total_max_attempts" not in DEFAULT_S3_OPTIONS["config_kwargs"]["retries"]
 
 
 def test_s3_errors_are_one_line_naming_the_url(
