@@ -204,6 +204,8 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
         main(["--debug", "store", "info", str(loop)])
     with pytest.raises(OSError):
         main(["store", "info", str(loop), "--debug"])
+    with pytest.raises(OSError):
+        main(["store", "--debug", "info", str(loop)])
     plain, debug = _run("store", "info", str(loop)), _run("store", "info", str(loop), "--debug")
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
     _one_line_error(plain.stderr, str(loop))
