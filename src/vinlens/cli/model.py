@@ -14,12 +14,8 @@ pay for them.
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import importlib
-import json
 import math
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +48,8 @@ DEFAULT_TARGET = "torch.nn.Transformer"
 
 def _parse_value(text: str) -> Any:
     """``--arg`` values: Python literals where they parse (8, 0.1, True, None), else the string."""
+    import ast
+
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -104,6 +102,8 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         what = f"class {cls.__qualname__}" if isinstance(cls, type) else type(cls).__name__
         raise ValueError(f"TARGET {target!r} exists but is a {what}, not an nn.Module class")
+    import warnings
+
     try:
         with warnings.catch_warnings():
             # nn.Transformer() with its defaults advises batch_first on every construction;
@@ -300,6 +300,9 @@ def run(args: argparse.Namespace) -> int:
             model(*inputs)
 
     if args.json:
+        import dataclasses
+        import json
+
         payload: dict[str, Any] = {"model": dataclasses.asdict(metadata)}
         if capture is not None:
             payload["capture"] = {

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +24,8 @@ from vinlens.cli.progress import ProgressBar
 from vinlens.cli.table import format_fields, print_json, to_json_value
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from vinlens.store.format import VinOfflineStoreConfig
 
 __all__ = [
@@ -55,6 +55,8 @@ def _storage_option(text: str) -> tuple[str, Any]:
             f"expected KEY=VALUE (e.g. anon=true or client_kwargs.endpoint_url=http://host:9000), "
             f"got {text!r}"
         )
+    import json
+
     try:
         value: Any = json.loads(raw)
     except ValueError:
@@ -292,7 +294,7 @@ def info(args: argparse.Namespace) -> int:
     config = _store_config(args.store, parse_storage_options(args.storage_options))
     with VinOfflineStoreReader(config) as reader:
         if args.json:
-            print(json.dumps(reader.manifest.to_json_dict(), indent=2))
+            print_json(reader.manifest.to_json_dict())
         else:
             print(format_info(reader))
     return 0
