@@ -29,6 +29,13 @@ if ! "$VPY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2
   "$VPY" -m pip install --quiet torch==2.13.0
 fi
 
+# vite 7 (under vitest) needs Node 20.19+; Debian 12's own nodejs is 18, so say so early.
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' 2>/dev/null; then
+  echo "[setup] Node.js 20.19 or newer is needed (found: $(node --version 2>/dev/null || echo none));" \
+    "install it from nodejs.org, NodeSource or nvm, then run make again" >&2
+  exit 1
+fi
+
 if [ ! -d node_modules/esbuild ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install"
   if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi
