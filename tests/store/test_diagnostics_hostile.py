@@ -54,8 +54,14 @@ def _check_rri_left_out(store: Path, clean: VinOfflineDatasetStats, block: str) 
     assert refused and refused[0].path == chunk and refused[0].block == block
     assert stats.rri is not None and clean.rri is not None
     assert stats.rri.count == _clean_rri_count_without(clean, DAMAGED)
-    assert stats.rri.minimum is not None and clean.rri.minimum is not None
-    assert stats.rri.minimum >= clean.rri.minimum and stats.rri.maximum <= clean.rri.maximum
+    low, high, clean_low, clean_high = (
+        stats.rri.minimum,
+        stats.rri.maximum,
+        clean.rri.minimum,
+        clean.rri.maximum,
+    )
+    assert low is not None and high is not None and clean_low is not None
+    assert clean_high is not None and clean_low <= low <= high <= clean_high
     assert all(s.rri is None for s in stats.sample_summaries if s.shard_id == DAMAGED)
     assert stats.num_samples == 24
 

@@ -91,9 +91,7 @@ def _problem_counts(problems: Sequence[dict[str, str]]) -> str:
     from vinlens.store.diagnostics import PROBLEM_SEVERITIES
 
     counts = Counter(p["severity"] for p in problems)
-    parts = [
-        f"{counts[s]:,} {s}{'s' if counts[s] != 1 else ''}" for s in PROBLEM_SEVERITIES if counts[s]
-    ]
+    parts = [f"{counts[s]:,} {s}(s)" for s in PROBLEM_SEVERITIES if counts[s]]
     return ", ".join(parts) or "none"
 
 
