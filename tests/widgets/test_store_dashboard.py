@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
 from payload_decode import table_column
@@ -360,3 +363,25 @@ def test_the_problem_list_is_the_engines(store):
             : dashboard_module.MAX_UNPAIRED_EXAMPLES
         ]
     )
+
+
+def test_a_url_store_on_an_executor_shows_the_same_numbers(store, monkeypatch):
+    fs = fsspec.filesystem("memory")
+    root = f"/vinlens-dashboard-{uuid.uuid4().hex}"
+    fs.put(str(store.config.store_dir), f"{root}/store", recursive=True)
+    url = f"memory://{root}/store"
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        w = StoreDashboardWidget(url, max_samples=None, executor=executor)
+        stats = w.wait(120)
+        reply = w.run_command("refresh", {})
+        assert reply["kind"] == "result" and reply["data"]["replaced"] is False
+    # The executor is the caller's: once it is shut down, a refresh is an error reply.
+    reply = w.run_command("refresh", {})
+    assert reply["kind"] == "error" and "shutdown" in reply["message"], reply["message"]
+    local = collect_vin_offline_dataset_stats(store.config, max_samples=None)
+    # Everything but where the store is (its path and generation) equals the local read.
+    assert (
+        dataclasses.replace(stats, store_dir=local.store_dir, generation=local.generation) == local
+    )
+    assert w.store_path == url and w.payload["header"]["store_dir"] == url
+    fs.rm(root, recursive=True)
