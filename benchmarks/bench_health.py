@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from cnn_models import MODELS
+from torch import nn
 
+from cnn_models import MODELS
 from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
 
 
@@ -29,6 +30,30 @@ def cpu_time(work: Callable[[], object], clock: Callable[[], float] = time.threa
     start = clock()
     work()
     return clock() - start
+
+
+def measure(
+    model: nn.Module, twin: nn.Module, batches: list[torch.Tensor], repetitions: int
+) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {
+        k: [] for k in ("plain_n", "stats", "plain", "nan", "diff", "plain2")
+    }
+    first = batches[0]
+    with torch.no_grad():
+        model(first)  # warm-up
+        for _ in range(repetitions):
+            times["plain_n"].append(cpu_time(lambda: [model(b) for b in batches]))
+            times["stats"].append(cpu_time(lambda: collect_activation_stats(model, batches)))
+            times["plain"].append(cpu_time(lambda: model(first)))
+            times["nan"].append(
+                cpu_time(lambda: find_nonfinite_origin(model, lambda: model(first)))
+            )
+            # Model B runs in a worker thread: process CPU time counts both forwards.
+            times["diff"].append(
+                cpu_time(lambda: compare_models(model, twin, lambda m: m(first)), time.process_time)
+            )
+            times["plain2"].append(cpu_time(lambda: (model(first), twin(first)), time.process_time))
+    return times
 
 
 def main() -> None:
@@ -46,27 +71,7 @@ def main() -> None:
     )
     for name in args.models:
         model = MODELS[name]().eval()
-        twin = copy.deepcopy(model)
-        times: dict[str, list[float]] = {k: [] for k in ("plain_n", "stats", "plain", "nan", "diff", "plain2")}
-        with torch.no_grad():
-            model(batches[0])  # warm-up
-            for _ in range(repetitions):
-                times["plain_n"].append(cpu_time(lambda: [model(b) for b in batches]))
-                times["stats"].append(cpu_time(lambda: collect_activation_stats(model, batches)))
-                times["plain"].append(cpu_time(lambda: model(batches[0])))
-                times["nan"].append(
-                    cpu_time(lambda: find_nonfinite_origin(model, lambda: model(batches[0])))
-                )
-                # Model B runs in a worker thread: process CPU time counts both forwards.
-                times["diff"].append(
-                    cpu_time(
-                        lambda: compare_models(model, twin, lambda m: m(batches[0])),
-                        time.process_time,
-                    )
-                )
-                times["plain2"].append(
-                    cpu_time(lambda: (model(batches[0]), twin(batches[0])), time.process_time)
-                )
+        times = measure(model, copy.deepcopy(model), batches, repetitions)
         med = {k: statistics.median(v) for k, v in times.items()}
         stats_ratio = med["stats"] / med["plain_n"]
         nan_ratio = med["nan"] / med["plain"]

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
-import { summaryBoxesSvg } from "../lib/histogram";
-import widget, { SUMMARY_FIELDS, nonFiniteText, statText } from "./model_health";
+import { statText, summaryBoxesSvg } from "../lib/histogram";
+import widget, { SUMMARY_FIELDS, nonFiniteText } from "./model_health";
 
 // <root> > enc > enc.0 (origin), enc.1 ; head
 const PATHS = ["<root>", "enc", "enc.0", "enc.1", "head"];

@@ -7,7 +7,7 @@ import "../lib/theme.css";
 import "./module_table.css";
 import "./model_health.css";
 import { h, replaceChildren } from "../lib/dom";
-import { summaryBoxesSvg } from "../lib/histogram";
+import { statText, summaryBoxesSvg } from "../lib/histogram";
 import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -75,14 +75,6 @@ export class HealthRows {
   }
 }
 
-/** A statistic as short text: 4 significant digits, exponent for very large/small. */
-export function statText(v: number): string {
-  if (Number.isNaN(v)) return "NaN";
-  if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
-  const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
-  return String(Number(v.toPrecision(4)));
-}
 
 function fromWire(v: number | { $float: string } | null | undefined): number {
   if (v === null || v === undefined) return NaN;

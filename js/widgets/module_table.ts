@@ -158,7 +158,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   const extra = new Map((opts.extraColumns ?? []).map((c) => [c.key, c]));
 
   const search = h("input", {
-    class: "vl-input vl-mt-search", type: "search", placeholder: "Filter by path…",
+    class: "vl-input vl-mt-search", type: "search", placeholder: "Filter paths",
     "aria-label": "Filter modules by path",
   });
   const typeSelect = h("select", { class: "vl-input vl-mt-type-filter", "aria-label": "Filter modules by type" });

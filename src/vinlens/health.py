@@ -535,8 +535,9 @@ def compare_models(
     float64 blocks (at most 3 x :data:`~vinlens.model_inspection.summary.BLOCK_ELEMENTS`
     x 8 bytes, 24 MiB) plus one small record per paired call, whatever the size
     of the models; the forwards themselves hold what they would hold when run
-    alone, both at once. Gradient and inference modes of the calling thread
-    apply to both forwards; enter any autocast inside ``run``.
+    alone, both at once. Gradient and inference modes, the torch thread count and
+    the current CUDA device of the calling thread apply to both forwards; enter
+    any autocast inside ``run``.
 
     Args:
         model_a: Reference model (``relative_l2`` divides by its output's norm).
@@ -578,6 +579,12 @@ def compare_models(
     inference = torch.is_inference_mode_enabled()
     # OpenMP thread counts are per thread: a new thread would otherwise use every core.
     threads = torch.get_num_threads()
+    # So is the current CUDA device: model B's run must see the caller's.
+    cuda_device = (
+        torch.cuda.current_device()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
 
     def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
         arrive = step.arrive_a if side == "a" else step.arrive_b
@@ -596,6 +603,8 @@ def compare_models(
     def run_b() -> None:
         try:
             torch.set_num_threads(threads)
+            if cuda_device is not None:
+                torch.cuda.set_device(cuda_device)
             with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
                 run(model_b)
         except _Abort:

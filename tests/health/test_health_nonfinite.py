@@ -79,7 +79,8 @@ def test_nan_made_between_modules_names_the_first_module_that_received_it() -> N
             self.second = nn.Linear(4, 4)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.second(torch.log(self.first(x).abs().neg()))
+            result: torch.Tensor = self.second(torch.log(self.first(x).abs().neg()))
+            return result
 
     model = Functional()
     origin = find_nonfinite_origin(model, lambda: model(torch.randn(2, 4)))

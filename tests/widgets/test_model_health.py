@@ -140,6 +140,9 @@ def test_analyze_errors_are_replies_and_bad_arguments_are_named():
     reply = widget.run_command("analyze", {})
     assert reply["kind"] == "error" and "forward exploded" in reply["message"]
     assert all(not m._forward_hooks for m in model.modules())
+    with pytest.raises(RuntimeError, match="forward exploded"):
+        ModelHealthWidget(model, run)  # analysed in the cell: the error is the cell's
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     no_run = ModelHealthWidget(model)
     assert not no_run.can_analyze
     assert no_run.run_command("analyze", {})["kind"] == "error"

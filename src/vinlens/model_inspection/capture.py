@@ -438,7 +438,12 @@ class ModelCapture:
 
     @property
     def active(self) -> bool:
-        """Report whether instance hooks are currently registered."""
+        """Report whether instance hooks are currently registered.
+
+        True from entry to exit. Once ``max_tensors`` or ``max_bytes`` is used up
+        the hooks themselves are released early (nothing more can be recorded),
+        but the capture stays active until it is left or closed.
+        """
         return self._active
 
     @property

@@ -46,6 +46,8 @@ __all__ = [
 BLOCK_ELEMENTS = 1 << 20
 
 _FAST_DTYPES = (torch.float32, torch.float64)
+# Largest sum(x^2) / sum((x - mean)^2) the one-pass variance is trusted with.
+_CONDITIONING = 64.0
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,13 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
         return False
     n = tensor.numel()
     mean = total / n
-    m2 = max(squares - n * mean * mean, 0.0)
+    m2 = squares - n * mean * mean
+    # The sum of squared deviations as a difference of two large sums loses what their
+    # rounding error is worth relative to it; when the mean dominates the spread
+    # (mean^2 > 63 var, a constant tensor, a single value) the exact two-pass path
+    # decides instead.
+    if m2 * _CONDITIONING < squares:
+        return False
     acc.count += n * repeat
     acc.zeros += zeros * repeat
     acc.minimum = min(acc.minimum, low)

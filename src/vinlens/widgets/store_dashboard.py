@@ -26,6 +26,7 @@ mean, max, Pearson r of the pairs) is computed in the kernel.
 from __future__ import annotations
 
 import io
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
@@ -99,7 +100,7 @@ def _series(
     unavailable: str | None = None,
 ) -> dict[str, Any]:
     """One histogram series: the engine's sampled values as float32 for browser binning."""
-    array = np.asarray(values, dtype=np.float32).reshape(-1)
+    array = _float_array(values, np.float32)
     return {
         "key": key,
         "title": title,
@@ -110,9 +111,21 @@ def _series(
     }
 
 
+def _float_array(values: Sequence[float] | np.ndarray, dtype: type[np.floating[Any]]) -> np.ndarray:
+    """A flat array of ``values``; the engine's records hold tuples of Python floats, and
+    ``fromiter`` reads those several times faster than ``asarray`` (the payload is built
+    while the user waits for the dashboard)."""
+    if isinstance(values, np.ndarray):
+        return values.astype(dtype, copy=False).reshape(-1)
+    return np.fromiter(values, dtype=dtype, count=len(values))
+
+
 def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
     """(rri, component) arrays of one component's identity-aligned ``(rri, value)`` pairs."""
-    arr = np.asarray(pairs, dtype=np.float64).reshape(-1, 2)
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError("RRI pairs must be (rri, value) tuples")
+    flat = itertools.chain.from_iterable(pairs)
+    arr = np.fromiter(flat, dtype=np.float64, count=2 * len(pairs)).reshape(-1, 2)
     return arr[:, 0], arr[:, 1]
 
 
