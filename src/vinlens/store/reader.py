@@ -36,6 +36,7 @@ from vinlens.store.access import FileStat, StoreAccess, open_store_access
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
     NUMERIC_DTYPES,
     RRI_COMPONENT_PREFIX,
     SAMPLE_INDEX_FILE,
@@ -62,6 +63,7 @@ from vinlens.store.format import (
     parse_manifest,
     parse_sample_index,
     record_paths,
+    sample_index_byte_limit,
     shard_dir,
 )
 from vinlens.store.records import RecordDecodeError, decode_record, decode_records
@@ -156,7 +158,7 @@ def _stat_root(access: StoreAccess) -> FileStat:
 
 def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
     try:
-        return access.read_bytes_with_stat(MANIFEST_FILE)
+        return access.read_bytes_limited(MANIFEST_FILE, MAX_MANIFEST_BYTES)
     except (FileNotFoundError, IsADirectoryError) as exc:
         raise StoreNotFoundError(
             "manifest.json is missing: not a published store, or one being replaced",
@@ -389,7 +391,9 @@ class VinOfflineStoreReader:
 
         index_path = self.access.describe(SAMPLE_INDEX_FILE)
         try:
-            index_bytes, index_stat = self.access.read_bytes_with_stat(SAMPLE_INDEX_FILE)
+            index_bytes, index_stat = self.access.read_bytes_limited(
+                SAMPLE_INDEX_FILE, sample_index_byte_limit(self.manifest.num_samples)
+            )
         except FileNotFoundError as exc:
             raise SampleIndexError(
                 "sample_index.jsonl is missing",

@@ -341,8 +341,12 @@ def build_stats_record(
             std=std,
             abs_mean=abs_mean,
             nz_frac=nz,
+            minimum=low,
+            maximum=high,
         )
-        for name, shape, rows, (count, mean, std, abs_mean, nz) in partial.backbone.finish()
+        for name, shape, rows, (count, mean, std, abs_mean, nz), (low, high) in (
+            partial.backbone.finish()
+        )
     ]
     summaries = []
     for si in summary_rows:
