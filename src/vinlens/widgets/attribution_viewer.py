@@ -48,6 +48,7 @@ from vinlens.attribution import (
     ImageLike,
     MapFlatness,
     VisionCaptureMode,
+    batch_camera_images,
     camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
@@ -797,9 +798,7 @@ def _keep_samples(
     room = source["keep_samples"] - len(kept)
     if room <= 0:
         return
-    from vinlens.attribution.aggregate import _default_batch_images
-
-    to_images = source["batch_images"] or _default_batch_images
+    to_images = source["batch_images"] or batch_camera_images
     images = camera_image_batches(to_images(batch))
     size = next(iter(images.values())).shape[0]
     for i in range(min(room, size)):
