@@ -328,7 +328,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       h("span", { class: "vl-title" }, "Dataset"), dsSummary, dsProgress, dsCancel),
     h("div", { class: "vl-toolbar vl-av-ds-controls" },
       labelled("sample", h("span", { class: "vl-av-sample-wrap" }, sampleSlider, sampleText)),
-      labelled("aggregate", statSelect), labelled("class", classSelect)),
+      labelled("aggregate", statSelect), labelled("samples of", classSelect)),
     h("div", { class: "vl-av-ds-body" },
       h("div", { class: "vl-av-ds-block" }, h("div", { class: "vl-av-ds-heading" }, "Aggregate maps"), aggregates),
       h("div", { class: "vl-av-ds-block" },

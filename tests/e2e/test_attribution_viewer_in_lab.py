@@ -443,6 +443,37 @@ def test_dataset_view_slider_changes_the_shown_sample(lab: Any) -> None:
     # Another aggregate statistic from the menu.
     root.locator(".vl-av-stat").select_option("p90")
     assert lab.kernel_json("wds.aggregate_stat") == "p90"
+    # One class's maps: labels are i % 4, so class 1 holds samples 1, 5 and 9, and only
+    # the first 8 samples are on the slider.
+    classes = root.locator(".vl-av-agg-class")
+    assert classes.locator("option").all_inner_texts() == [
+        "all classes (12)",
+        "class 0 (3)",
+        "class 1 (3)",
+        "class 2 (3)",
+        "class 3 (3)",
+    ]
+    classes.select_option("1")
+    assert lab.kernel_json("wds.aggregate_class") == "1"
+    rgb = root.locator(".vl-av-agg[data-camera='rgb']")
+    most = rgb.locator(".vl-av-conc[data-which='most']")
+    assert sorted(
+        most.locator(".vl-av-conc-sample").evaluate_all(
+            "(es) => es.map(e => Number(e.dataset.sample))"
+        )
+    ) == [1, 5, 9]
+    assert most.locator(".vl-av-conc-gone").inner_text().startswith("#9 ")
+    assert "(not kept)" in most.locator(".vl-av-conc-gone").inner_text()
+    # A kept entry jumps the slider there and shows that sample.
+    shown = lab.page.evaluate(CANVAS_SUM, ["rgb"])
+    most.locator("button.vl-av-conc-sample[data-sample='5']").click()
+    lab.page.wait_for_function(
+        "() => document.querySelector('.vl-av .vl-av-sample-label').textContent"
+        ".startsWith('sample 6 / 8')"
+    )
+    lab.page.wait_for_function("() => document.querySelector('.vl-av .vl-av-sample').value === '5'")
+    lab.page.wait_for_function(f"([b]) => ({CANVAS_SUM})(['rgb']) !== b", arg=[shown])
+    assert lab.kernel_json("wds.sample_index") == 5
     assert root.locator(".vl-error").is_hidden()
     assert not [e for e in lab.errors if "vl-" in e or "attribution" in e.lower()], lab.errors
 
