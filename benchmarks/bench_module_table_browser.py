@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import statistics
@@ -131,6 +132,105 @@ MEASURE_SCROLL = """async (stepRows) => {
 }"""
 
 
+TRACE_SCROLL = """async (stepRows) => {
+  // The scroll loop again, each frame marked for the trace (blink.user_timing).
+  const vp = document.querySelector(".vl-vt-viewport");
+  vp.scrollTop = 0;
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  let i = 0;
+  await new Promise((resolve) => {
+    function frame() {
+      performance.mark(`vl-frame-${i++}`);
+      const end = vp.scrollHeight - vp.clientHeight;
+      if (vp.scrollTop >= end - 1) { resolve(); return; }
+      performance.mark("vl-work-start");
+      vp.scrollTop = Math.min(end, vp.scrollTop + stepRows * 24);
+      vp.dispatchEvent(new Event("scroll"));
+      performance.mark("vl-work-end");
+      requestAnimationFrame(frame);
+    }
+    requestAnimationFrame(() => requestAnimationFrame(frame));
+  });
+  return i;
+}"""
+
+# What each main-thread trace event of a frame is, for the per-frame breakdown.
+TRACE_KINDS = {
+    "FireAnimationFrame": "table script",
+    "EventDispatch": "event handlers",
+    "UpdateLayoutTree": "style",
+    "Layout": "layout",
+    "PrePaint": "paint (main thread)",
+    "Paint": "paint (main thread)",
+    "Layerize": "paint (main thread)",
+    "Commit": "commit to compositor",
+    "MinorGC": "garbage collection",
+    "MajorGC": "garbage collection",
+    "V8.GC_SCAVENGER": "garbage collection",
+}
+
+
+def analyze_trace(raw: bytes, top: int = 5) -> list[str]:
+    """Where the longest frames of a traced scroll went, in main-thread CPU time.
+
+    Trace events carry wall time (``dur``) and the thread's CPU time (``tdur``); on a
+    shared machine a frame can be long while the renderer's main thread used little CPU
+    (it waited to be scheduled). Per frame: wall time, CPU time of the main thread's
+    tasks, and that CPU time by kind; the table's own work is the rAF callback that
+    scrolls and repaints the rows that came into view.
+    """
+    events = json.loads(raw)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    marked = [e for e in events if e.get("name", "").startswith("vl-frame-")]
+    frame_ts = sorted({e["ts"] for e in marked})
+    if len(frame_ts) < 3:
+        return ["trace: no frame marks found"]
+    renderer = (marked[0]["pid"], marked[0]["tid"])
+    complete = [
+        e
+        for e in events
+        if (e.get("pid"), e.get("tid")) == renderer and e.get("ph") == "X" and "dur" in e
+    ]
+    names = {e["name"] for e in complete}
+    task_name = (
+        "ThreadControllerImpl::RunTask" if "ThreadControllerImpl::RunTask" in names else "RunTask"
+    )
+
+    def cpu_in(e: dict[str, Any], a: float, b: float) -> float:
+        overlap = min(e["ts"] + e["dur"], b) - max(e["ts"], a)
+        if overlap <= 0 or e["dur"] <= 0:
+            return 0.0
+        return float(e.get("tdur", e["dur"])) * overlap / e["dur"]
+
+    frames = []
+    for a, b in itertools.pairwise(frame_ts):
+        cpu = sum(cpu_in(e, a, b) for e in complete if e["name"] == task_name)
+        kinds: dict[str, float] = {}
+        for e in complete:
+            kind = TRACE_KINDS.get(e["name"])
+            if kind:
+                kinds[kind] = kinds.get(kind, 0.0) + cpu_in(e, a, b)
+        frames.append((b - a, cpu, kinds))
+    table_cpu = sorted(f[2].get(TRACE_KINDS["FireAnimationFrame"], 0.0) for f in frames)
+    frames.sort(key=lambda f: -f[0])
+    lines = [
+        f"trace of {len(frames)} scroll frames: the table's script (rAF) used median "
+        f"{table_cpu[len(table_cpu) // 2] / 1000:.1f} ms, max {table_cpu[-1] / 1000:.1f} ms CPU "
+        "per frame; the longest frames, main-thread CPU by kind:"
+    ]
+    for wall, cpu, kinds in frames[:top]:
+        parts = ", ".join(
+            f"{k} {v / 1000:.1f}"
+            for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+            if v >= 50
+        )
+        lines.append(
+            f"  frame {wall / 1000:6.1f} ms wall: main thread used {cpu / 1000:.1f} ms CPU "
+            f"({parts}); {max(0.0, wall - cpu) / 1000:.1f} ms waiting (vsync, or a CPU)"
+        )
+    return lines
+
+
 MEASURE_IDLE = """async (frames) => {
   // The same number of frames with nothing to do: what a frame costs on this machine now.
   const deltas = [];
@@ -212,6 +312,12 @@ def payload_figures(model: nn.Module, repeats: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, faster scroll")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also trace one more scroll of the 50,000-row table in Chromium, save the trace "
+        "(open in chrome://tracing or Perfetto) and print where the longest frames spent time",
+    )
     args = parser.parse_args()
     if not (STATIC / "module_table.js").exists():
         print(f"missing {STATIC / 'module_table.js'}: run `npm run build` first", file=sys.stderr)
@@ -279,6 +385,23 @@ def main() -> int:
         page.evaluate(MEASURE_FIRST_PAINT, big_state)
         big_scroll = page.evaluate(MEASURE_SCROLL, step_rows)
         idle = page.evaluate(MEASURE_IDLE, big_scroll["frames"])
+        trace_lines: list[str] = []
+        if args.trace:
+            browser.start_tracing(
+                page=page,
+                categories=[
+                    "devtools.timeline",
+                    "blink.user_timing",
+                    "v8",
+                    "disabled-by-default-devtools.timeline",
+                    "cc",
+                    "toplevel",
+                ],
+            )
+            page.evaluate(TRACE_SCROLL, step_rows)
+            raw = browser.stop_tracing()
+            Path(args.trace).write_bytes(raw)
+            trace_lines = [f"trace saved to {args.trace}", *analyze_trace(raw)]
         browser.close()
 
     fig = payload_figures(big, repeats)
@@ -315,6 +438,8 @@ def main() -> int:
         f"encode time: binary {fig['binary_ms']:.0f} ms vs JSON {fig['json_ms']:.0f} ms: "
         f"{fig['json_ms'] / fig['binary_ms']:.2f}x"
     )
+    for line in trace_lines:
+        print(line)
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 MODULES = (
     "vinlens",
     "vinlens.model_inspection",
+    "vinlens.health",
     "vinlens.attribution.targets",
     "vinlens.attribution.layout",
     "vinlens.attribution.images",
@@ -24,6 +25,7 @@ MODULES = (
     "vinlens.attribution.methods",
     "vinlens.attribution.explain",
     "vinlens.attribution.aggregate",
+    "vinlens.attribution.flatness",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",

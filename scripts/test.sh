@@ -9,6 +9,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== ruff"
 ruff check src tests benchmarks scripts
+ruff format --check src tests benchmarks scripts
 echo "== mypy"
 mypy src/vinlens
 echo "== typescript"

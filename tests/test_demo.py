@@ -17,7 +17,14 @@ from nbclient import NotebookClient
 
 from vinlens.cli import main
 from vinlens.demo.data import ensure_demo_data
-from vinlens.demo.notebooks import NOTEBOOKS, TOUR_NOTEBOOK, build_notebook, write_notebooks
+from vinlens.demo.launch import lab_command, lab_environment
+from vinlens.demo.notebooks import (
+    NOTEBOOKS,
+    TOUR_NOTEBOOK,
+    build_notebook,
+    notebook_metadata,
+    write_notebooks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,13 +36,68 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _without_python_version(metadata: dict) -> dict:
+    info = {k: v for k, v in metadata["language_info"].items() if k != "version"}
+    return {**metadata, "language_info": info}
+
+
 def test_committed_notebooks_match_their_source():
     for name, cells in NOTEBOOKS.items():
         committed = nbformat.read(REPO / "notebooks" / name, as_version=4)
         expected = build_notebook(cells)
-        assert [c.source for c in committed.cells] == [c.source for c in expected.cells], (
-            f"notebooks/{name} is stale: run `python -m vinlens.demo.notebooks notebooks`"
-        )
+        stale = f"notebooks/{name} is stale: run `python -m vinlens.demo.notebooks notebooks`"
+        assert [c.source for c in committed.cells] == [c.source for c in expected.cells], stale
+        assert [c.get("id") for c in committed.cells] == [c.id for c in expected.cells], stale
+        assert (committed.nbformat, committed.nbformat_minor) == (
+            nbformat.v4.nbformat,
+            nbformat.v4.nbformat_minor,
+        ), stale
+        assert _without_python_version(committed.metadata) == _without_python_version(
+            expected.metadata
+        ), stale
+        # Nothing a reader's kernel would replace or the server would refuse to trust.
+        for cell in committed.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, stale
+            assert cell.metadata == {}, stale
+
+
+def test_notebook_metadata_is_what_the_kernel_reports():
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    metadata = notebook_metadata()
+    assert metadata["language_info"] == IPythonKernel.language_info
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    assert metadata["kernelspec"] == {
+        "display_name": spec.display_name,
+        "language": spec.language,
+        "name": "python3",
+    }
+
+
+def test_written_notebooks_are_trusted_unless_edited(tmp_path: Path, monkeypatch):
+    from nbformat.sign import NotebookNotary
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+
+    def trusted(path: Path) -> bool:
+        notary = NotebookNotary()
+        try:
+            return bool(notary.check_signature(nbformat.read(path, as_version=4)))
+        finally:
+            notary.store.close()
+
+    out = tmp_path / "nbs"
+    write_notebooks(out)
+    assert not trusted(out / TOUR_NOTEBOOK)
+    edited = out / "01_model_inspection.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    nb.cells[0].source += "\nmy note"
+    nbformat.write(nb, str(edited))
+    write_notebooks(out, overwrite=False, trust=True)
+    assert trusted(out / TOUR_NOTEBOOK)
+    assert not trusted(edited)  # the user's edits are theirs to trust
 
 
 def test_demo_data_is_made_once_and_reused(demo_dir: Path):
@@ -91,6 +153,14 @@ def test_vinlens_demo_check_fails_when_a_cell_fails(demo_dir: Path, tmp_path: Pa
     assert main(["demo", "--dir", str(broken), "--check"]) == 1
 
 
+def test_lab_gets_its_token_from_the_environment_not_argv():
+    cmd = lab_command(Path("/srv/demo"), port=8888, open_browser=False)
+    assert not any("token" in arg.lower() for arg in cmd)
+    assert "--ServerApp.ip=127.0.0.1" in cmd
+    env = lab_environment("s3cret", {"PATH": "/bin", "JUPYTER_TOKEN_FILE": "/tmp/t"})
+    assert env == {"PATH": "/bin", "JUPYTER_TOKEN": "s3cret"}
+
+
 def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_path: Path):
     env = dict(
         os.environ,
@@ -133,8 +203,14 @@ def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_pa
             urllib.request.urlopen(f"{base}/api/contents/{TOUR_NOTEBOOK}", timeout=5)
         assert denied.value.code == 403  # auth stays on: no token, no notebook
         # `vinlens demo` became JupyterLab itself, so stopping it leaves no server behind.
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        assert b"jupyterlab" in cmdline
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"jupyterlab" in cmdline.split(b"\0")
+        # The token is not on the command line, which every local user can read with `ps`;
+        # it is in the environment, which only the owner can read.
+        assert token.encode() not in cmdline
+        environ = Path(f"/proc/{proc.pid}/environ")
+        assert f"JUPYTER_TOKEN={token}".encode() in environ.read_bytes().split(b"\0")
+        assert environ.stat().st_mode & 0o077 == 0
     finally:
         proc.terminate()
         try:

@@ -83,3 +83,70 @@ export function histogramSvg(values: ArrayLike<number>, opts: { width?: number; 
   }
   return root;
 }
+
+/** The parts of a tensor summary a box plot needs (NaN where unknown). */
+export interface SummaryBox {
+  label: string;
+  min: number;
+  max: number;
+  mean: number;
+  std: number;
+}
+
+/**
+ * Summaries side by side on one shared axis: a whisker from min to max, a box from
+ * mean - std to mean + std (clipped to the range) and a tick at the mean. What the
+ * kernel sent are summaries, not samples, so this draws exactly those numbers.
+ */
+export function summaryBoxesSvg(boxes: SummaryBox[], opts: { width?: number; rowHeight?: number } = {}): SVGSVGElement {
+  const width = opts.width ?? 320;
+  const rowH = opts.rowHeight ?? 26;
+  const labelW = 28;
+  const axis = 16;
+  const height = boxes.length * rowH + axis;
+  const finite = boxes.filter((b) => Number.isFinite(b.min) && Number.isFinite(b.max));
+  const lo = Math.min(...finite.map((b) => b.min));
+  const hi = Math.max(...finite.map((b) => b.max));
+  const x0 = labelW + 4;
+  const plotW = width - x0 - 4;
+  const x = (v: number) => (hi > lo ? x0 + ((v - lo) / (hi - lo)) * plotW : x0 + plotW / 2);
+  const root = svg("svg", { class: "vl-boxes", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  const title = svg("title", {});
+  title.textContent = finite.length
+    ? boxes.map((b) => `${b.label}: min ${label(b.min)}, mean ${label(b.mean)} ± ${label(b.std)}, max ${label(b.max)}`).join("; ")
+    : "No finite values to plot";
+  root.append(title);
+  root.setAttribute("aria-label", title.textContent);
+  boxes.forEach((b, k) => {
+    const cy = k * rowH + rowH / 2;
+    const name = svg("text", { class: "vl-hist-label vl-boxes-name", x: 0, y: cy + 4 });
+    name.textContent = b.label;
+    root.append(name);
+    if (!Number.isFinite(b.min) || !Number.isFinite(b.max)) {
+      const none = svg("text", { class: "vl-hist-label", x: x0, y: cy + 4 });
+      none.textContent = "no finite values";
+      root.append(none);
+      return;
+    }
+    root.append(svg("line", { class: `vl-boxes-whisker vl-boxes-${k}`, x1: x(b.min), x2: x(b.max), y1: cy, y2: cy }));
+    root.append(svg("line", { class: `vl-boxes-whisker vl-boxes-${k}`, x1: x(b.min), x2: x(b.min), y1: cy - 5, y2: cy + 5 }));
+    root.append(svg("line", { class: `vl-boxes-whisker vl-boxes-${k}`, x1: x(b.max), x2: x(b.max), y1: cy - 5, y2: cy + 5 }));
+    if (Number.isFinite(b.mean)) {
+      const s = Number.isFinite(b.std) ? b.std : 0;
+      const a = x(Math.max(b.min, b.mean - s));
+      const c = x(Math.min(b.max, b.mean + s));
+      root.append(svg("rect", { class: `vl-boxes-box vl-boxes-${k}`, x: a, y: cy - 7, width: Math.max(1, c - a), height: 14 }));
+      root.append(svg("line", { class: "vl-boxes-mean", x1: x(b.mean), x2: x(b.mean), y1: cy - 8, y2: cy + 8 }));
+    }
+  });
+  if (finite.length) {
+    const y = height - 3;
+    root.append(svg("line", { class: "vl-hist-axis", x1: x0, x2: x0 + plotW, y1: height - axis + 2, y2: height - axis + 2 }));
+    const a = svg("text", { class: "vl-hist-label", x: x0, y, "text-anchor": "start" });
+    a.textContent = label(lo);
+    const b = svg("text", { class: "vl-hist-label", x: x0 + plotW, y, "text-anchor": "end" });
+    b.textContent = label(hi);
+    root.append(a, b);
+  }
+  return root;
+}

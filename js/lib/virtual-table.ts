@@ -14,6 +14,8 @@ export interface VTColumn {
   align?: "left" | "right";
   sortable?: boolean;
   title?: string;
+  /** Let the user drag the header's right edge to change the width (default true). */
+  resizable?: boolean;
 }
 
 export type SortDir = "asc" | "desc";
@@ -43,6 +45,11 @@ export interface VTOptions {
 
 let tableCounter = 0;
 
+/** Set `el`'s text only when it differs: an unchanged cell then costs no layout. */
+export function setText(el: HTMLElement, text: string): void {
+  if (el.textContent !== text) el.textContent = text;
+}
+
 export class VirtualTable {
   readonly el: HTMLElement;
   readonly viewport: HTMLElement;
@@ -50,8 +57,16 @@ export class VirtualTable {
   private readonly spacer: HTMLElement;
   private readonly header: HTMLElement;
   private readonly headerCells = new Map<string, HTMLElement>();
+  /** Width in px a column was fitted or dragged to; null: min width plus its grow share. */
+  private readonly widths: (number | null)[];
+  private resizeCleanup: (() => void) | null = null;
   private readonly pool: HTMLElement[] = [];
   private readonly poolRow: number[] = [];
+  /** Class string last written to each pool row: an unchanged row is not restyled. */
+  private readonly poolClass: string[] = [];
+  /** Viewport height from a ResizeObserver, so scrolling never reads layout for it. */
+  private observedHeight = 0;
+  private readonly resizeObserver: ResizeObserver | null = null;
   private readonly idPrefix: string;
   private rows = 0;
   private cursorRow = -1;
@@ -66,24 +81,33 @@ export class VirtualTable {
     this.height = opts.height ?? 360;
     this.overscan = opts.overscan ?? 6;
     this.idPrefix = `vl-vt-${++tableCounter}`;
-    const minWidth = opts.columns.reduce((s, c) => s + c.minWidth, 0);
-    const tracks = opts.columns.map((c) => `minmax(${c.minWidth}px, ${c.grow ?? 0}fr)`).join(" ");
+    this.widths = opts.columns.map(() => null);
 
     this.header = h("div", { class: "vl-vt-header", role: "row" });
-    for (const col of opts.columns) {
+    opts.columns.forEach((col, c) => {
       const cls = `vl-vt-cell vl-vt-hcell${col.align === "right" ? " vl-vt-right" : ""}`;
-      const cell = h("div", { class: cls, role: "columnheader", "data-key": col.key, title: col.title ?? null });
+      // The full label on hover too: a narrow column may still ellipsize it.
+      const title = col.title ? `${col.label}: ${col.title}` : col.label;
+      const cell = h("div", { class: cls, role: "columnheader", "data-key": col.key, title });
       if (col.sortable && opts.onSort) {
         cell.append(h("button", {
           class: "vl-vt-sort", type: "button",
           onclick: () => opts.onSort?.(col.key),
         }, col.label, h("span", { class: "vl-vt-sort-mark", "aria-hidden": "true" })));
       } else {
-        cell.append(col.label);
+        cell.append(h("span", { class: "vl-vt-hlabel" }, col.label));
+      }
+      if (col.resizable !== false) {
+        const grip = h("span", {
+          class: "vl-vt-resizer", role: "separator", "aria-orientation": "vertical",
+          "aria-label": `Resize column ${col.label}`, title: "Drag to resize",
+        });
+        grip.addEventListener("pointerdown", (ev) => this.startResize(c, cell, ev));
+        cell.append(grip);
       }
       this.headerCells.set(col.key, cell);
       this.header.append(cell);
-    }
+    });
     this.spacer = h("div", { class: "vl-vt-spacer", role: "rowgroup" });
     this.viewport = h("div", {
       class: "vl-vt-viewport", tabindex: 0, role: "grid",
@@ -91,11 +115,19 @@ export class VirtualTable {
     }, this.header, this.spacer);
     this.viewport.style.height = `${this.height}px`;
     this.el = h("div", { class: "vl-vt" }, this.viewport);
-    this.el.style.setProperty("--vl-vt-cols", tracks);
-    this.el.style.setProperty("--vl-vt-min-width", `${minWidth}px`);
+    this.applyWidths();
     this.el.style.setProperty("--vl-vt-row-height", `${this.rowHeight}px`);
 
     this.viewport.addEventListener("scroll", this.onScroll, { passive: true });
+    if (typeof ResizeObserver !== "undefined") {
+      this.resizeObserver = new ResizeObserver((entries) => {
+        const height = entries[entries.length - 1]?.contentRect.height ?? 0;
+        if (height === this.observedHeight) return;
+        this.observedHeight = height;
+        this.render(false); // taller: more rows to show
+      });
+      this.resizeObserver.observe(this.viewport);
+    }
     this.viewport.addEventListener("click", (ev) => this.handleClick(ev));
     this.viewport.addEventListener("keydown", (ev) => this.handleKey(ev));
   }
@@ -171,12 +203,88 @@ export class VirtualTable {
     this.render(false);
   }
 
+  /** Smallest width in px a column gets: its min width, and never less than its header label. */
+  static columnFloor(col: VTColumn): number {
+    // ~7.5 px per character of a 13 px bold UI font, plus padding and the sort mark.
+    return Math.max(col.minWidth, Math.ceil(col.label.length * 7.5) + (col.sortable ? 30 : 18));
+  }
+
+  /** Fix column `key` at `px` (at least its floor); null returns it to min width + grow. */
+  setColumnWidth(key: string, px: number | null): void {
+    const c = this.opts.columns.findIndex((col) => col.key === key);
+    if (c < 0) return;
+    this.widths[c] = px === null ? null : Math.max(Math.round(px), 40);
+    this.applyWidths();
+  }
+
+  columnWidth(key: string): number | null {
+    const c = this.opts.columns.findIndex((col) => col.key === key);
+    return c < 0 ? null : this.widths[c];
+  }
+
+  /**
+   * Size column `key` to show `longest` (the longest text of its cells) in full, up to
+   * `max` px; never narrower than the column's floor.
+   */
+  fitColumn(key: string, longest: string, max = 480): void {
+    const col = this.opts.columns.find((c) => c.key === key);
+    if (!col) return;
+    const px = this.measureText(longest) + 18; // cell padding + a little air
+    this.setColumnWidth(key, Math.min(max, Math.max(VirtualTable.columnFloor(col), px)));
+  }
+
+  private measureText(text: string): number {
+    const probe = h("span", { class: "vl-vt-measure" }, text);
+    this.spacer.append(probe);
+    const px = probe.getBoundingClientRect().width;
+    probe.remove();
+    // Not laid out (detached, or jsdom): estimate from the length.
+    return px > 0 ? px : text.length * 7;
+  }
+
+  private applyWidths(): void {
+    const cols = this.opts.columns;
+    const tracks = cols.map((col, c) => {
+      const w = this.widths[c];
+      return w !== null ? `${w}px` : `minmax(${VirtualTable.columnFloor(col)}px, ${col.grow ?? 0}fr)`;
+    }).join(" ");
+    const minWidth = cols.reduce((sum, col, c) => sum + (this.widths[c] ?? VirtualTable.columnFloor(col)), 0);
+    this.el.style.setProperty("--vl-vt-cols", tracks);
+    this.el.style.setProperty("--vl-vt-min-width", `${minWidth}px`);
+  }
+
+  private startResize(c: number, cell: HTMLElement, ev: PointerEvent): void {
+    ev.preventDefault();
+    ev.stopPropagation();
+    this.resizeCleanup?.();
+    const startX = ev.clientX;
+    const start = cell.getBoundingClientRect().width || this.widths[c] || VirtualTable.columnFloor(this.opts.columns[c]);
+    const move = (e: PointerEvent) => {
+      this.widths[c] = Math.max(40, Math.round(start + e.clientX - startX));
+      this.applyWidths();
+    };
+    const up = () => this.resizeCleanup?.();
+    const doc = cell.ownerDocument;
+    doc.addEventListener("pointermove", move);
+    doc.addEventListener("pointerup", up);
+    doc.addEventListener("pointercancel", up);
+    this.resizeCleanup = () => {
+      doc.removeEventListener("pointermove", move);
+      doc.removeEventListener("pointerup", up);
+      doc.removeEventListener("pointercancel", up);
+      this.resizeCleanup = null;
+    };
+  }
+
   destroy(): void {
+    this.resizeCleanup?.();
+    this.resizeObserver?.disconnect();
     this.viewport.removeEventListener("scroll", this.onScroll);
     this.el.remove();
   }
 
   private viewportHeight(): number {
+    if (this.observedHeight > 0) return this.observedHeight;
     return this.viewport.clientHeight || parseFloat(this.viewport.style.height) || this.height;
   }
 
@@ -186,7 +294,9 @@ export class VirtualTable {
     const visible = Math.ceil(this.viewportHeight() / rh) + 1;
     const first = Math.max(0, Math.floor(top / rh) - this.overscan);
     const last = Math.min(this.rows, first + visible + 2 * this.overscan);
-    const needed = visible + 2 * this.overscan;
+    // An even pool keeps each slot on rows of one parity, so the striping class of a
+    // recycled row never changes while scrolling.
+    const needed = (visible + 2 * this.overscan + 1) & ~1;
     while (this.pool.length < needed) this.addPoolRow();
     if (!force && first === this.first && last === this.last) return;
     this.first = first;
@@ -220,6 +330,7 @@ export class VirtualTable {
     row.style.height = `${this.rowHeight}px`;
     this.pool.push(row);
     this.poolRow.push(-1);
+    this.poolClass.push("");
     this.spacer.append(row);
   }
 
@@ -238,7 +349,10 @@ export class VirtualTable {
     if (row % 2 === 1) cls += " vl-vt-odd";
     const extra = this.opts.rowClass?.(row);
     if (extra) cls += ` ${extra}`;
-    el.className = cls;
+    if (this.poolClass[slot] !== cls) {
+      el.className = cls;
+      this.poolClass[slot] = cls;
+    }
     const cells = el.children;
     for (let c = 0; c < this.opts.columns.length; c++) {
       this.opts.renderCell(row, this.opts.columns[c].key, cells[c] as HTMLElement);

@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { closestLayer, displayRange, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { displayRange, modesFor, rangeText, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -16,7 +16,9 @@ function record(key: string, values: number[], shape: number[], extra: Partial<A
     camera_key: key, method: "grad_cam", method_label: "Grad-CAM", layer: `encoders.${key}.conv3`,
     capture_mode: "dedicated_layer", target: "t", score: 1.5,
     map: arrayNode("float32", shape, values), layer_shape: [1, 1],
-    min: Math.min(...finite), max: Math.max(...finite), ...extra,
+    min: Math.min(...finite), max: Math.max(...finite),
+    span: Math.max(...finite) - Math.min(...finite), relative_span: 1, largest_camera: key,
+    flat: false, flat_reason: "", ...extra,
   };
 }
 
@@ -36,14 +38,16 @@ function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerMod
       { value: "ablation_cam", label: "Ablation-CAM" },
     ],
     capture_modes: ["dedicated_layer", "per_camera_call", "stacked_camera_batch"],
-    layer_choices: {
-      dedicated_layer: [{ path: "encoders.{camera}.conv3", type: "Conv2d" }],
-      per_camera_call: [{ path: "encoder.conv3", type: "Conv2d" }, { path: "head", type: "Linear" }],
-      stacked_camera_batch: [{ path: "encoder.conv3", type: "Conv2d" }],
-    },
+    layers: [
+      { path: "encoders.{camera}.conv3", type: "Conv2d", modes: ["dedicated_layer"] },
+      { path: "encoder.conv3", type: "Conv2d", modes: ["per_camera_call", "stacked_camera_batch"] },
+      { path: "head", type: "Linear", modes: ["per_camera_call"] },
+      { path: "pool", type: "AvgPool2d", modes: [] },
+    ],
     explicit_targets: false,
     method: "grad_cam",
     layer: "encoders.{camera}.conv3",
+    selected_layer: over.layer ?? "encoders.{camera}.conv3",
     capture_mode: "dedicated_layer",
     target_class: 0,
     target_label: "class 0",
@@ -125,11 +129,16 @@ describe("overlay compositing", () => {
   });
 });
 
-describe("layer matching across capture modes", () => {
-  it("keeps the layer with the longest common dotted suffix", () => {
-    expect(closestLayer("encoders.{camera}.conv3", ["encoder", "encoder.conv2", "encoder.conv3"])).toBe("encoder.conv3");
-    expect(closestLayer("encoder.conv3", ["encoders.{camera}.conv1", "encoders.{camera}.conv3"])).toBe("encoders.{camera}.conv3");
-    expect(closestLayer("x.y", ["a", "b"])).toBeNull();
+describe("capture modes offered for a layer", () => {
+  const layers = state().layers;
+  const applied = { layer: "encoders.{camera}.conv3", mode: "dedicated_layer", explicit: false };
+  it("offers the engine's modes for a listed layer, the applied mode otherwise, none for no layer", () => {
+    expect(modesFor("encoder.conv3", layers, applied)).toEqual(["per_camera_call", "stacked_camera_batch"]);
+    expect(modesFor("encoders.{camera}.conv3", layers, applied)).toEqual(["dedicated_layer"]);
+    expect(modesFor("from.python", layers, { ...applied, layer: "from.python" })).toEqual(["dedicated_layer"]);
+    expect(modesFor("", layers, { ...applied, explicit: true })).toEqual(["dedicated_layer"]);
+    expect(modesFor("", layers, applied)).toEqual([]);
+    expect(modesFor("elsewhere", layers, applied)).toEqual([]);
   });
 });
 
@@ -169,6 +178,42 @@ describe("AttributionViewerWidget view", () => {
     expect(el.querySelector("img")).toBeNull();
   });
 
+  it("marks a near-flat camera with a badge and a hatch, and gives its raw span next to the largest", () => {
+    const { el, model } = mount();
+    model.kernelSet("attributions", {
+      rgb: record("rgb", [0, 0.5, 1, 0.8], [2, 2]),
+      [HOSTILE]: record(HOSTILE, [1.8e-4, 1.9e-4, 2e-4, 1.85e-4], [2, 2], {
+        span: 2e-5, relative_span: 2.5e-5, largest_camera: "rgb", flat: true,
+        flat_reason: "raw span 2e-05 is 0.0025% of rgb's 0.8",
+      }),
+    });
+    const [rgb, flat] = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
+    expect(flat.classList.contains("vl-av-flat")).toBe(true);
+    expect(flat.querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(false);
+    expect(flat.querySelector<HTMLElement>(".vl-av-flat-badge")!.title).toContain("0.0025% of rgb's");
+    expect(flat.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(false);
+    expect(flat.getAttribute("aria-label")).toContain("near-flat");
+    expect(flat.querySelector(".vl-av-range")!.textContent).toBe("raw span 2.000e-5 = 0.0025% of rgb's");
+    // Normalised per camera: the colourbar's ends are the flat camera's own raw range.
+    expect(flat.querySelector(".vl-av-bar-min")!.textContent).toBe("1.800e-4");
+    expect(flat.querySelector(".vl-av-bar-max")!.textContent).toBe("2.000e-4");
+    expect(rgb.classList.contains("vl-av-flat")).toBe(false);
+    expect(rgb.querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(true);
+    expect(rgb.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(true);
+    expect(rgb.querySelector(".vl-av-range")!.textContent).toBe("raw span 1");
+    // The mark goes when a recompute makes the map structured.
+    model.kernelSet("attributions", { rgb: record("rgb", [0, 1, 0, 1], [2, 2]), [HOSTILE]: record(HOSTILE, [0, 1, 0, 1], [2, 2]) });
+    expect(flat.classList.contains("vl-av-flat")).toBe(false);
+    expect(flat.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(true);
+  });
+
+  it("words the raw span share of the largest camera compactly", () => {
+    const base = record("a", [0, 1], [1, 2]) as unknown as AttributionPayload;
+    expect(rangeText({ ...base, span: 0.3, relative_span: 0.375, largest_camera: "b" })).toBe("raw span 0.3 = 38% of b's");
+    expect(rangeText({ ...base, span: 1e-9, relative_span: 1e-9, largest_camera: "b" })).toBe("raw span 1.000e-9 = <0.001% of b's");
+    expect(rangeText({ ...base, span: 0, relative_span: 0, largest_camera: "a", flat: true })).toBe("raw span 0 (near-flat)");
+  });
+
   it("writes display controls to the model", () => {
     const { q, model } = mount();
     select(q<HTMLSelectElement>(".vl-av-colormap"), "magma");
@@ -202,21 +247,58 @@ describe("AttributionViewerWidget view", () => {
     expect(panels.every((p) => !p.hidden)).toBe(true);
   });
 
-  it("lists layers for the chosen capture mode", () => {
-    const { q } = mount();
+  it("offers only the capture modes the chosen layer satisfies, and never changes the layer", () => {
+    const { q, model } = mount();
     const layer = q<HTMLSelectElement>(".vl-av-layer");
-    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoders.{camera}.conv3"]);
-    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
-    expect(Array.from(layer.options).map((o) => o.value)).toEqual(["encoder.conv3", "head"]);
+    const mode = q<HTMLSelectElement>(".vl-av-mode");
+    const values = (s: HTMLSelectElement) => Array.from(s.options).map((o) => o.value);
+    // A layer no mode can satisfy is not offered at all.
+    expect(values(layer)).toEqual(["encoders.{camera}.conv3", "encoder.conv3", "head"]);
+    expect(layer.options[2].textContent).toBe("head  (Linear)");
+    expect(values(mode)).toEqual(["dedicated_layer"]);
+    expect(mode.disabled).toBe(true);
+    select(layer, "encoder.conv3");
+    expect(values(mode)).toEqual(["per_camera_call", "stacked_camera_batch"]);
+    expect(mode.value).toBe("per_camera_call");
+    expect(mode.disabled).toBe(false);
+    expect(mode.title).toContain("per-camera call, stacked batch");
+    select(mode, "stacked_camera_batch");
     expect(layer.value).toBe("encoder.conv3");
-    expect(layer.options[1].textContent).toBe("head  (Linear)");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "dedicated_layer");
-    expect(layer.value).toBe("encoders.{camera}.conv3");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "per_camera_call");
     select(layer, "head");
-    select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
-    expect(layer.value).toBe("");
-    expect(layer.options[0].textContent).toBe("(choose a layer)");
+    expect(values(mode)).toEqual(["per_camera_call"]);
+    select(layer, "encoder.conv3");
+    expect(mode.value).toBe("stacked_camera_batch"); // the user's mode choice is kept where it applies
+    q<HTMLButtonElement>(".vl-av-recompute").click();
+    expect(model.sent.at(-1)!.content.args).toMatchObject({ layer: "encoder.conv3", capture_mode: "stacked_camera_batch" });
+  });
+
+  it("shares the chosen layer through the model and follows a layer picked elsewhere", () => {
+    const { q, model } = mount({ attributions: { rgb: record("rgb", [0, 1, 2, 3], [2, 2]) } });
+    const layer = q<HTMLSelectElement>(".vl-av-layer");
+    const saved = model.saved;
+    select(layer, "head");
+    expect(model.get("selected_layer")).toBe("head");
+    expect(model.saved).toBe(saved + 1);
+    expect(q<HTMLElement>(".vl-av-dirty").hidden).toBe(false);
+    // The kernel moves the chooser when a linked module table picks encoder.conv3.
+    model.kernelSet("selected_layer", "encoder.conv3");
+    expect(layer.value).toBe("encoder.conv3");
+    expect(Array.from(q<HTMLSelectElement>(".vl-av-mode").options).map((o) => o.value))
+      .toEqual(["per_camera_call", "stacked_camera_batch"]);
+    // Back to the applied layer: nothing left to apply.
+    model.kernelSet("selected_layer", "encoders.{camera}.conv3");
+    expect(q<HTMLElement>(".vl-av-dirty").hidden).toBe(true);
+  });
+
+  it("cannot recompute before a layer is chosen", () => {
+    const { q, model } = mount({ layer: "" });
+    expect(q<HTMLSelectElement>(".vl-av-layer").options[0].textContent).toBe("(choose a layer)");
+    expect(q<HTMLSelectElement>(".vl-av-mode").options[0].textContent).toBe("(choose a layer first)");
+    const button = q<HTMLButtonElement>(".vl-av-recompute");
+    expect(button.disabled).toBe(true);
+    const sent = model.sent.length;
+    button.click();
+    expect(model.sent.length).toBe(sent);
   });
 
   it("offers the Python targets when the viewer was given explicit targets", () => {
@@ -231,6 +313,7 @@ describe("recompute", () => {
   it("sends the drafted method, layer, mode and class and tracks progress per camera", async () => {
     const { q, model, el } = mount();
     select(q<HTMLSelectElement>(".vl-av-method"), "ablation_cam");
+    select(q<HTMLSelectElement>(".vl-av-layer"), "encoder.conv3");
     select(q<HTMLSelectElement>(".vl-av-mode"), "stacked_camera_batch");
     const cls = q<HTMLInputElement>(".vl-av-class");
     cls.value = "2";

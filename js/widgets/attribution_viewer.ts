@@ -22,6 +22,8 @@ export type View = "grid" | "single";
 export interface LayerChoice {
   path: string;
   type: string;
+  /** The capture modes this layer can be read in for every camera (the engine decides). */
+  modes: string[];
 }
 
 export interface MethodChoice {
@@ -44,6 +46,14 @@ export interface AttributionPayload {
   layer_shape: number[];
   min: number;
   max: number;
+  /** max - min (NaN when an end is not finite). */
+  span: number;
+  /** span / the largest span among the cameras shown (attribution.flatness.map_flatness). */
+  relative_span: number;
+  largest_camera: string;
+  /** Near-flat next to the other cameras or under the absolute floor: normalising it would lie. */
+  flat: boolean;
+  flat_reason: string;
 }
 
 export interface AttributionViewerModel {
@@ -52,10 +62,12 @@ export interface AttributionViewerModel {
   attributions: Record<string, unknown>;
   methods: MethodChoice[];
   capture_modes: string[];
-  layer_choices: Record<string, LayerChoice[]>;
+  layers: LayerChoice[];
   explicit_targets: boolean;
   method: string;
   layer: string;
+  /** The layer in the chooser, not yet applied; shared with other widgets' module selection. */
+  selected_layer: string;
   capture_mode: string;
   target_class: number | null;
   target_label: string;
@@ -81,20 +93,29 @@ const MODE_LABELS: Record<string, string> = {
 export const EXPLICIT_LAYER = "";
 
 /**
- * The layer in `paths` that best matches `previous` when the capture mode changes: the one
- * sharing the longest dotted suffix ("encoders.{camera}.conv3" -> "encoder.conv3").
+ * The capture modes to offer for a layer choice: the engine's modes for a listed layer; the
+ * applied mode for the Python targets or a layer set from Python that is not listed; none
+ * when no layer is chosen. Only these reach the menu, so a mode the layer cannot satisfy
+ * is never offered (and choosing a mode never changes the layer behind the user's back).
  */
-export function closestLayer(previous: string, paths: string[]): string | null {
-  const prev = previous.split(".").reverse();
-  let best: string | null = null;
-  let bestScore = 0;
-  for (const path of paths) {
-    const parts = path.split(".").reverse();
-    let n = 0;
-    while (n < parts.length && n < prev.length && parts[n] === prev[n]) n++;
-    if (n > bestScore) { best = path; bestScore = n; }
+export function modesFor(
+  layer: string, layers: LayerChoice[], applied: { layer: string; mode: string; explicit: boolean },
+): string[] {
+  const choice = layers.find((c) => c.path === layer);
+  if (choice) return choice.modes;
+  if (layer === EXPLICIT_LAYER ? applied.explicit : layer === applied.layer) return [applied.mode];
+  return [];
+}
+
+/** The raw span of one camera's map next to the largest camera's, for the line under its colourbar. */
+export function rangeText(record: AttributionPayload): string {
+  const span = `raw span ${formatNumber(record.span)}`;
+  if (!Number.isFinite(record.relative_span) || record.largest_camera === record.camera_key || !record.largest_camera) {
+    return record.flat ? `${span} (near-flat)` : span;
   }
-  return best;
+  const pct = 100 * record.relative_span;
+  const share = pct >= 10 ? pct.toFixed(0) : pct >= 0.001 ? pct.toPrecision(2) : "<0.001";
+  return `${span} = ${share}% of ${record.largest_camera}'s`;
 }
 
 function isColormap(name: string): name is ColormapName {
@@ -120,6 +141,9 @@ interface Panel {
   title: HTMLElement;
   detail: HTMLElement;
   note: HTMLElement;
+  flatBadge: HTMLElement;
+  hatch: HTMLElement;
+  range: HTMLElement;
   bar: HTMLElement;
   barMin: HTMLElement;
   barMax: HTMLElement;
@@ -202,22 +226,41 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     replaceChildren(methodSelect, ...m.get("methods").map((c) => option(c.value, c.label, c.value === current)));
   }
 
+  let offeredModes: string[] = [];
+
+  function usableLayers(): LayerChoice[] {
+    return (m.get("layers") ?? []).filter((c) => c.modes.length > 0);
+  }
+
   function syncModes(): void {
-    const current = modeSelect.value || m.get("capture_mode");
-    replaceChildren(modeSelect, ...m.get("capture_modes").map((mode) => option(mode, MODE_LABELS[mode] ?? mode, mode === current)));
+    const modes = modesFor(layerSelect.value, usableLayers(), {
+      layer: m.get("layer"), mode: m.get("capture_mode"), explicit: m.get("explicit_targets"),
+    });
+    let current = modeSelect.dataset.draft ?? m.get("capture_mode");
+    if (!modes.includes(current)) current = modes[0] ?? "";
+    if (modes.length === 0) {
+      replaceChildren(modeSelect, option("", "(choose a layer first)", true));
+    } else {
+      replaceChildren(modeSelect, ...modes.map((mode) => option(mode, MODE_LABELS[mode] ?? mode, mode === current)));
+    }
+    modeSelect.value = current;
+    modeSelect.disabled = modes.length < 2;
+    offeredModes = modes;
+    recompute.disabled = running !== null || modes.length === 0;
+    recompute.title = modes.length === 0 ? "choose a layer first" : "";
+    modeSelect.title = modes.length === 0 ? ""
+      : `capture modes this layer can be read in: ${modes.map((x) => MODE_LABELS[x] ?? x).join(", ")}`;
   }
 
   function syncLayers(): void {
-    const mode = modeSelect.value || m.get("capture_mode");
-    const choices = m.get("layer_choices")?.[mode] ?? [];
+    const choices = usableLayers();
     const explicit = m.get("explicit_targets");
     const paths = choices.map((c) => c.path);
-    let current = layerSelect.dataset.draft ?? m.get("layer");
+    let current = m.get("selected_layer") ?? m.get("layer");
     // A layer set from Python may be missing from the list (e.g. a per-camera mapping):
-    // keep it while the mode is the one it was computed with.
-    const applied = current !== "" && current === m.get("layer") && mode === m.get("capture_mode");
-    const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || applied;
-    if (!valid) current = closestLayer(current, paths) ?? (explicit ? EXPLICIT_LAYER : "");
+    // it stays offered as what was applied.
+    const valid = (current === EXPLICIT_LAYER && explicit) || paths.includes(current) || current === m.get("layer");
+    if (!valid) current = explicit ? EXPLICIT_LAYER : "";
     const opts: HTMLOptionElement[] = [];
     if (explicit) opts.push(option(EXPLICIT_LAYER, "(targets given in Python)", current === EXPLICIT_LAYER));
     else if (current === "") opts.push(option("", "(choose a layer)", true));
@@ -225,6 +268,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     for (const c of choices) opts.push(option(c.path, c.type ? `${c.path}  (${c.type})` : c.path, c.path === current));
     replaceChildren(layerSelect, ...opts);
     layerSelect.value = current;
+    syncModes();
   }
 
   function syncTarget(): void {
@@ -237,7 +281,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   }
 
   function draft(): Record<string, unknown> {
-    const args: Record<string, unknown> = { method: methodSelect.value, capture_mode: modeSelect.value };
+    const args: Record<string, unknown> = { method: methodSelect.value, capture_mode: modeSelect.value || m.get("capture_mode") };
     args.layer = layerSelect.value === EXPLICIT_LAYER ? null : layerSelect.value;
     if (!classInput.hidden) args.target_class = classInput.value === "" ? null : Number(classInput.value);
     return args;
@@ -253,8 +297,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   function syncExplainControls(): void {
     methodSelect.value = m.get("method");
-    modeSelect.value = m.get("capture_mode");
-    delete layerSelect.dataset.draft;
+    delete modeSelect.dataset.draft;
     syncLayers();
     syncTarget();
     updateDirty();
@@ -266,6 +309,9 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     const title = h("span", { class: "vl-av-camera" }, key);
     const detail = h("span", { class: "vl-muted vl-mono vl-av-detail" });
     const note = h("span", { class: "vl-badge vl-av-note", hidden: true });
+    const flatBadge = h("span", { class: "vl-badge vl-warn vl-av-flat-badge", hidden: true }, "near-flat");
+    const hatch = h("div", { class: "vl-av-hatch", hidden: true, "aria-hidden": "true" });
+    const range = h("div", { class: "vl-mono vl-av-range" });
     const barMin = h("span", { class: "vl-av-bar-min vl-mono" });
     const barMax = h("span", { class: "vl-av-bar-max vl-mono" });
     const bar = h("div", { class: "vl-av-bar", "aria-hidden": "true" });
@@ -276,12 +322,13 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       class: "vl-av-panel", tabindex: 0, "data-camera": key,
       "aria-label": `camera ${key}; Enter to enlarge, Escape for all cameras`,
     },
-    h("figcaption", { class: "vl-av-head" }, title, note, detail, download),
-    h("div", { class: "vl-av-frame" }, canvas),
+    h("figcaption", { class: "vl-av-caption" },
+      h("div", { class: "vl-av-head" }, title, flatBadge, note, download), detail),
+    h("div", { class: "vl-av-frame" }, h("div", { class: "vl-av-canvas-wrap" }, canvas, hatch)),
     h("div", { class: "vl-av-legend" }, barMin, bar, barMax),
-    stats, readout);
+    range, stats, readout);
     const panel: Panel = {
-      key, el: panelEl, canvas, title, detail, note, bar, barMin, barMax, stats, readout,
+      key, el: panelEl, canvas, title, detail, note, flatBadge, hatch, range, bar, barMin, barMax, stats, readout,
       base: null, width: 0, height: 0, pending: false,
     };
     panelEl.addEventListener("keydown", (ev) => onPanelKey(ev, key));
@@ -319,22 +366,40 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       panel.bar.style.background = "";
       panel.barMin.textContent = "";
       panel.barMax.textContent = "";
+      panel.range.textContent = "";
+      markFlat(panel, null);
     } else {
       const { vmin, vmax } = displayRange(m.get("scale"), record, all);
       const rgba = compositeOverlay(panel.base, record.map.data, { colormap: cmap, vmin, vmax, opacity: m.get("opacity") });
       paintCanvas(panel.canvas, rgba, panel.width, panel.height);
-      panel.detail.textContent = `${record.method_label} · ${record.layer} · ${MODE_LABELS[record.capture_mode] ?? record.capture_mode}`;
-      panel.detail.title = `target ${record.target}; score ${formatNumber(record.score)}`;
+      const detail = `${record.method_label} · ${record.layer} · ${MODE_LABELS[record.capture_mode] ?? record.capture_mode}`;
+      panel.detail.textContent = detail;
+      panel.detail.title = `${detail}\ntarget ${record.target}; score ${formatNumber(record.score)}`;
       panel.bar.style.background = gradientCss(cmap, 24);
       panel.barMin.textContent = formatNumber(vmin);
       panel.barMax.textContent = formatNumber(vmax);
+      panel.barMin.title = panel.barMax.title = m.get("scale") === "normalized"
+        ? "colour range: this camera's own raw min and max" : "colour range: shared raw range of all cameras";
       const [lh, lw] = record.layer_shape;
+      panel.range.textContent = rangeText(record);
+      panel.range.title = panel.range.textContent;
       panel.stats.textContent =
         `raw min ${formatNumber(record.min)} · max ${formatNumber(record.max)} · score ${formatNumber(record.score)} · layer map ${lh}×${lw}`;
+      markFlat(panel, record);
     }
     panel.note.hidden = !panel.pending;
     panel.note.textContent = panel.pending ? "computing…" : "";
     panel.el.classList.toggle("vl-av-pending", panel.pending);
+  }
+
+  function markFlat(panel: Panel, record: AttributionPayload | null): void {
+    const flat = record?.flat === true;
+    panel.el.classList.toggle("vl-av-flat", flat);
+    panel.flatBadge.hidden = !flat;
+    panel.hatch.hidden = !flat;
+    panel.flatBadge.title = flat ? `${record!.flat_reason}: the colours of a per-camera normalised map exaggerate it` : "";
+    panel.el.setAttribute("aria-label",
+      `camera ${panel.key}${flat ? " (near-flat map)" : ""}; Enter to enlarge, Escape for all cameras`);
   }
 
   function showValueAt(panel: Panel, ev: MouseEvent): void {
@@ -456,7 +521,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   // -- recompute ---------------------------------------------------------------------------
   function setRunning(on: boolean): void {
-    recompute.disabled = on;
+    recompute.disabled = on || offeredModes.length === 0;
     cancel.hidden = !on;
     if (!on) {
       pendingCameras = new Set();
@@ -465,7 +530,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   }
 
   async function runExplain(): Promise<void> {
-    if (running) return;
+    if (running || offeredModes.length === 0) return;
     const args = draft();
     const keys = m.get("camera_keys") ?? [];
     status.clearError();
@@ -506,8 +571,14 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   // -- wiring ------------------------------------------------------------------------------
   methodSelect.addEventListener("change", updateDirty);
-  modeSelect.addEventListener("change", () => { syncLayers(); updateDirty(); });
-  layerSelect.addEventListener("change", () => { layerSelect.dataset.draft = layerSelect.value; updateDirty(); });
+  modeSelect.addEventListener("change", () => { modeSelect.dataset.draft = modeSelect.value; updateDirty(); });
+  layerSelect.addEventListener("change", () => {
+    // Through the model: the kernel shares the chosen layer with linked widgets' selection.
+    m.set("selected_layer", layerSelect.value);
+    m.save_changes();
+    syncModes();
+    updateDirty();
+  });
   classInput.addEventListener("input", updateDirty);
   classInput.addEventListener("keydown", (ev) => { if (ev.key === "Enter") void runExplain(); });
   recompute.addEventListener("click", () => void runExplain());
@@ -528,11 +599,11 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
 
   const listeners: [string, () => void][] = [
     ["change:methods", syncMethods],
-    ["change:capture_modes", syncModes],
-    ["change:layer_choices", syncLayers],
+    ["change:layers", syncLayers],
     ["change:explicit_targets", syncLayers],
     ["change:method", syncExplainControls],
     ["change:layer", syncExplainControls],
+    ["change:selected_layer", () => { syncLayers(); updateDirty(); }],
     ["change:capture_mode", syncExplainControls],
     ["change:target_class", syncExplainControls],
     ["change:target_label", syncTarget],
@@ -548,7 +619,6 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   for (const [event, cb] of listeners) m.on(event, cb);
 
   syncMethods();
-  syncModes();
   syncExplainControls();
   syncPanels();
   syncAttributions();

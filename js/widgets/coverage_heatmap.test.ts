@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { colormap } from "../lib/colormap";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
 import { decodeTable } from "../lib/payload";
-import { cellAt, gridLayout, render, sceneRows, sortOrder, type CoverageModel } from "./coverage_heatmap";
+import widget, { cellAt, gridLayout, sceneRows, sortOrder, type CoverageModel } from "./coverage_heatmap";
 
 const HOSTILE = "<img src=x onerror=alert(1)>";
 
@@ -65,7 +65,7 @@ afterEach(() => { document.body.replaceChildren(); });
 function mount(model: FakeModel<CoverageModel>) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanup = render({ model: model as any, el } as any);
+  const cleanup = widget.render({ model: model as any, el } as any);
   return { el, cleanup };
 }
 

@@ -137,7 +137,7 @@ function pct(v: number): string {
   return Number.isFinite(v) ? `${(100 * v).toFixed(1)}%` : "n/a";
 }
 
-export function render({ model, el }: RenderProps<CoverageModel>): () => void {
+function render({ model, el }: RenderProps<CoverageModel>): () => void {
   const client = new CommandClient(model as unknown as AnyModel);
   const status = statusView(model as unknown as AnyModel);
   const ui = { sort: "coverage" as SortKey, desc: false, cmap: "viridis" as ColormapName, cursor: 0, page: 0, hover: -1 };

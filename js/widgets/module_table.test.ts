@@ -35,6 +35,7 @@ function modulesPayload(paths: string[], types: string[], typeOf: (p: string) =>
         { name: "path", dtype: "string", offsets: dataView(offsets), data: dataView(data) },
         num("type", "int32", Int32Array.from(paths, typeOf)),
         num("direct_parameters", "float64", params),
+        num("subtree_parameters", "float64", Float64Array.from(paths, (_, i) => params.slice(i, end[i]).reduce((a, b) => a + b, 0))),
         num("trainable_parameters", "float64", params.map((v) => v / 2)),
         num("direct_buffers", "float64", new Float64Array(n)),
         num("training", "bool", Uint8Array.from(paths, (_, i) => i % 2)),
@@ -86,6 +87,37 @@ describe("module table widget", () => {
     expect(el.querySelector(".vl-mt-totals")!.textContent).toContain("8 modules");
   });
 
+  it("parent rows show their subtree total beside their own count", () => {
+    const { el } = setup();
+    const cell = (name: string, key: string) => Array.from(el.querySelectorAll<HTMLElement>(".vl-vt-row:not([hidden])"))
+      .find((r) => r.querySelector(".vl-mt-name")!.textContent === name)!.querySelector(`[data-key="${key}"]`)!.textContent;
+    // params are (i * 10) % 70 in path order: enc=10, enc.0=20, enc.0.attn=30, enc.1=40
+    expect(cell("enc", "direct_parameters")).toBe("10");
+    expect(cell("enc", "subtree_parameters")).toBe("100");
+    expect(cell("0", "subtree_parameters")).toBe("50");
+    expect(cell("attn", "subtree_parameters")).toBe(""); // a leaf: its own count says it all
+    expect(el.querySelector('[data-key="subtree_parameters"]')!.getAttribute("title")).toContain("every module below it");
+  });
+
+  it("says which view is shown with two labelled states and keeps the toolbar the same", () => {
+    const { el, model } = setup();
+    const tree = el.querySelector<HTMLButtonElement>(".vl-mt-view-tree")!;
+    const flat = el.querySelector<HTMLButtonElement>(".vl-mt-view-flat")!;
+    const toolbar = () => Array.from(el.querySelector(".vl-mt-toolbar")!.children).map((c) => c.className);
+    const before = toolbar();
+    expect(el.querySelector(".vl-mt-view")!.getAttribute("aria-label")).toBe("View");
+    expect([tree.textContent, tree.getAttribute("aria-pressed"), flat.textContent, flat.getAttribute("aria-pressed")]).toEqual(["Tree", "true", "Flat", "false"]);
+    flat.click();
+    expect(model.get("tree_view")).toBe(false);
+    expect([tree.getAttribute("aria-pressed"), flat.getAttribute("aria-pressed")]).toEqual(["false", "true"]);
+    expect([tree.textContent, flat.textContent]).toEqual(["Tree", "Flat"]);
+    expect(toolbar()).toEqual(before);
+    flat.click(); // pressing the shown state again changes nothing
+    expect(model.get("tree_view")).toBe(false);
+    tree.click();
+    expect(model.get("tree_view")).toBe(true);
+  });
+
   it("selects by click, ctrl-click and shift-click and syncs selected_paths", () => {
     const { el, model } = setup();
     clickRow(el, "enc");
@@ -135,7 +167,7 @@ describe("module table widget", () => {
     search.dispatchEvent(new Event("input"));
     expect(names(el)).toEqual(["<root>", "enc", "0", "attn"]);
     expect(el.querySelectorAll(".vl-mt-context").length).toBe(3);
-    (el.querySelector(".vl-mt-tree-toggle") as HTMLButtonElement).click();
+    (el.querySelector(".vl-mt-view-flat") as HTMLButtonElement).click();
     expect(names(el)).toEqual(["enc.0.attn"]);
     search.value = "";
     search.dispatchEvent(new Event("input"));

@@ -9,7 +9,7 @@ import { h, lastDotted, replaceChildren } from "../lib/dom";
 import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
-import { VirtualTable, type SortDir, type VTColumn } from "../lib/virtual-table";
+import { VirtualTable, setText, type SortDir, type VTColumn } from "../lib/virtual-table";
 
 export interface ModuleTableModel {
   modules: any;
@@ -24,12 +24,13 @@ export interface ModuleTableModel {
   error_traceback: string;
 }
 
-type SortKey = "path" | "type" | "direct_parameters" | "trainable_parameters" | "direct_buffers" | "training";
+type SortKey = string;
 
 const COLUMNS: VTColumn[] = [
   { key: "path", label: "Module", minWidth: 220, grow: 4, sortable: true },
   { key: "type", label: "Type", minWidth: 140, grow: 2, sortable: true },
   { key: "direct_parameters", label: "Params", minWidth: 90, align: "right", sortable: true, title: "Parameters registered directly on the module" },
+  { key: "subtree_parameters", label: "Subtree params", minWidth: 120, align: "right", sortable: true, title: "Parameters of the module and every module below it" },
   { key: "trainable_parameters", label: "Trainable", minWidth: 90, align: "right", sortable: true, title: "Direct parameters with requires_grad" },
   { key: "direct_buffers", label: "Buffers", minWidth: 80, align: "right", sortable: true, title: "Elements of buffers registered directly on the module" },
   { key: "training", label: "Mode", minWidth: 60, sortable: true, title: "training flag" },
@@ -43,6 +44,7 @@ export class ModuleRows {
   readonly subtreeEnd: TypedArray;
   readonly typeCode: TypedArray;
   readonly params: TypedArray;
+  readonly subtreeParams: TypedArray;
   readonly trainable: TypedArray;
   readonly buffers: TypedArray;
   readonly training: TypedArray;
@@ -65,6 +67,7 @@ export class ModuleRows {
     this.subtreeEnd = num("subtree_end");
     this.typeCode = num("type");
     this.params = num("direct_parameters");
+    this.subtreeParams = num("subtree_parameters");
     this.trainable = num("trainable_parameters");
     this.buffers = num("direct_buffers");
     this.training = num("training");
@@ -107,8 +110,19 @@ export class ModuleRows {
   }
 }
 
+/** A column another widget adds to the module table (the health view's statistics). */
+export interface ModuleExtraColumn extends VTColumn {
+  /** Fill the cell of module `i` (a row of the payload, not of the view); set everything. */
+  render(i: number, cell: HTMLElement): void;
+  /** Sort key of module `i`; NaN sorts last. Without it the column does not sort. */
+  sortValue?(i: number): number;
+}
+
 export interface ModuleTableOptions {
   height?: number;
+  extraColumns?: ModuleExtraColumn[];
+  /** Extra class names for the row of module `i` (e.g. a highlighted NaN origin). */
+  rowClass?(i: number): string;
   /** Title shown in the toolbar (the snapshot browser uses its own). */
   title?: string | null;
 }
@@ -118,6 +132,10 @@ export interface ModuleTableView {
   table: VirtualTable;
   /** View order (row indices) currently shown; for tests and the snapshot browser. */
   view(): Int32Array;
+  /** Row index of a module path, or -1. */
+  indexOf(path: string): number;
+  /** Expand the ancestors of module `i`, move the cursor to it and scroll it into view. */
+  reveal(i: number): void;
   dispose(): void;
 }
 
@@ -135,13 +153,25 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   let treeMode = Boolean(model.get("tree_view"));
   let children: { start: Int32Array; list: Int32Array } | null = null;
   let filtering = false;
+  const extra = new Map((opts.extraColumns ?? []).map((c) => [c.key, c]));
 
   const search = h("input", {
     class: "vl-input vl-mt-search", type: "search", placeholder: "Filter by path…",
     "aria-label": "Filter modules by path",
   });
   const typeSelect = h("select", { class: "vl-input vl-mt-type-filter", "aria-label": "Filter modules by type" });
-  const treeToggle = h("button", { class: "vl-button vl-mt-tree-toggle", type: "button", "aria-pressed": "true" }, "Tree");
+  // Two labelled states rather than one button that names the current mode (which reads
+  // as either "this is a tree" or "switch to tree").
+  const treeButton = h("button", {
+    class: "vl-button vl-mt-view-tree", type: "button", "aria-pressed": "true",
+    title: "Show modules nested under their parents",
+  }, "Tree");
+  const flatButton = h("button", {
+    class: "vl-button vl-mt-view-flat", type: "button", "aria-pressed": "false",
+    title: "Show every module as one flat list of full paths",
+  }, "Flat");
+  const viewToggle = h("span", { class: "vl-mt-view", role: "group", "aria-label": "View" },
+    h("span", { class: "vl-muted vl-mt-view-label" }, "View"), treeButton, flatButton);
   const expandAll = h("button", { class: "vl-button vl-mt-expand-all", type: "button" }, "Expand all");
   const collapseAll = h("button", { class: "vl-button vl-mt-collapse-all", type: "button" }, "Collapse all");
   const selectSubtree = h("button", {
@@ -153,12 +183,15 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   const title = opts.title === null ? null : h("span", { class: "vl-title" }, opts.title ?? "Modules");
 
   const table = new VirtualTable({
-    columns: COLUMNS,
+    columns: [...COLUMNS, ...(opts.extraColumns ?? []).map((c) => ({ ...c, sortable: c.sortable ?? Boolean(c.sortValue) }))],
     height: opts.height ?? 360,
     label: "Model modules",
     renderCell,
     rowSelected: (r) => selected[view[r]] === 1,
-    rowClass: (r) => (filtering && treeMode && !matches(view[r]) ? "vl-mt-context" : ""),
+    rowClass: (r) => {
+      const own = opts.rowClass?.(view[r]) ?? "";
+      return filtering && treeMode && !matches(view[r]) ? `vl-mt-context ${own}`.trim() : own;
+    },
     onRowClick,
     onActivate: (r, ev) => {
       const i = view[r];
@@ -199,7 +232,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   });
 
   const toolbar = h("div", { class: "vl-toolbar vl-mt-toolbar" },
-    title, search, typeSelect, treeToggle, expandAll, collapseAll, selectSubtree, clearSel);
+    title, search, typeSelect, viewToggle, expandAll, collapseAll, selectSubtree, clearSel);
   const el = h("div", { class: "vl-mt" }, toolbar, totals, table.el);
 
   function matches(i: number): boolean {
@@ -224,34 +257,42 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
           replaceChildren(cell, twisty, name);
         }
         const path = rows.path(i);
-        cell.title = path;
+        // Writes only where the value differs: an unchanged attribute or text costs no
+        // style or layout work in the frame.
+        if (cell.title !== path) cell.title = path;
         const row = cell.parentElement;
         if (treeMode) {
           const open = !(collapsed[i] && !filtering);
           twisty.hidden = false;
-          twisty.textContent = rows.hasChildren(i) ? (open ? "▾" : "▸") : "";
-          cell.style.paddingLeft = `${8 + rows.depth[i] * 14}px`;
-          name.textContent = lastDotted(path);
+          setText(twisty, rows.hasChildren(i) ? (open ? "▾" : "▸") : "");
+          const pad = `${8 + rows.depth[i] * 14}px`;
+          if (cell.style.paddingLeft !== pad) cell.style.paddingLeft = pad;
+          setText(name, lastDotted(path));
           if (row && rows.hasChildren(i)) row.setAttribute("aria-expanded", open ? "true" : "false");
           else row?.removeAttribute("aria-expanded");
         } else {
           twisty.hidden = true;
-          cell.style.paddingLeft = "";
-          name.textContent = path;
+          if (cell.style.paddingLeft) cell.style.paddingLeft = "";
+          setText(name, path);
           row?.removeAttribute("aria-expanded");
         }
         break;
       }
       case "type": {
         const t = rows.typeName(i);
-        cell.title = t;
-        cell.textContent = lastDotted(t);
+        if (cell.title !== t) cell.title = t;
+        setText(cell, lastDotted(t));
         break;
       }
-      case "direct_parameters": cell.textContent = formatNumber(rows.params[i]); break;
-      case "trainable_parameters": cell.textContent = formatNumber(rows.trainable[i]); break;
-      case "direct_buffers": cell.textContent = formatNumber(rows.buffers[i]); break;
-      case "training": cell.textContent = rows.training[i] ? "train" : "eval"; break;
+      case "direct_parameters": setText(cell, formatNumber(rows.params[i])); break;
+      case "subtree_parameters":
+        // A leaf's subtree is itself: repeating its own count would only add noise.
+        setText(cell, rows.hasChildren(i) ? formatNumber(rows.subtreeParams[i]) : "");
+        break;
+      case "trainable_parameters": setText(cell, formatNumber(rows.trainable[i])); break;
+      case "direct_buffers": setText(cell, formatNumber(rows.buffers[i])); break;
+      case "training": setText(cell, rows.training[i] ? "train" : "eval"); break;
+      default: extra.get(key)?.render(i, cell);
     }
   }
 
@@ -346,9 +387,24 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       case "path": { const p = R.paths(); key = (i) => p[i]; break; }
       case "type": key = (i) => R.typeName(i); break;
       case "direct_parameters": key = (i) => R.params[i]; break;
+      case "subtree_parameters": key = (i) => R.subtreeParams[i]; break;
       case "trainable_parameters": key = (i) => R.trainable[i]; break;
       case "direct_buffers": key = (i) => R.buffers[i]; break;
       case "training": key = (i) => R.training[i]; break;
+      default: {
+        const col = extra.get(sort.key);
+        if (!col?.sortValue) return null;
+        const value = col.sortValue.bind(col);
+        // NaN (no statistic for the module) sorts last in either direction.
+        return (a, b) => {
+          const va = value(a);
+          const vb = value(b);
+          const na = Number.isNaN(va);
+          const nb = Number.isNaN(vb);
+          if (na || nb) return na && nb ? a - b : na ? 1 : -1;
+          return (va < vb ? -1 : va > vb ? 1 : 0) * sign || a - b;
+        };
+      }
     }
     return (a, b) => {
       const ka = key(a);
@@ -420,9 +476,8 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   }
 
   function updateButtons(): void {
-    treeToggle.setAttribute("aria-pressed", treeMode ? "true" : "false");
-    treeToggle.textContent = treeMode ? "Tree" : "Flat";
-    treeToggle.title = treeMode ? "Showing the module tree; click for a flat list" : "Showing a flat list; click for the module tree";
+    treeButton.setAttribute("aria-pressed", treeMode ? "true" : "false");
+    flatButton.setAttribute("aria-pressed", treeMode ? "false" : "true");
     expandAll.disabled = !treeMode;
     collapseAll.disabled = !treeMode;
     selectSubtree.disabled = table.cursor < 0;
@@ -456,12 +511,15 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
 
   search.addEventListener("input", () => { query = search.value.trim().toLowerCase(); rebuild(); });
   typeSelect.addEventListener("change", () => { typeFilter = Number(typeSelect.value); rebuild(); });
-  treeToggle.addEventListener("click", () => {
-    treeMode = !treeMode;
+  const setTreeMode = (tree: boolean) => {
+    if (tree === treeMode) return;
+    treeMode = tree;
     model.set("tree_view", treeMode);
     model.save_changes();
     rebuild();
-  });
+  };
+  treeButton.addEventListener("click", () => setTreeMode(true));
+  flatButton.addEventListener("click", () => setTreeMode(false));
   expandAll.addEventListener("click", () => { collapsed.fill(0); rebuild(); });
   collapseAll.addEventListener("click", () => {
     if (!rows) return;
@@ -491,6 +549,14 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     el,
     table,
     view: () => view,
+    indexOf: (path) => rows?.indexOf(path) ?? -1,
+    reveal(i) {
+      if (!rows || i < 0 || i >= rows.n) return;
+      for (let p = rows.parent[i]; p >= 0; p = rows.parent[p]) collapsed[p] = 0;
+      rebuild();
+      const r = view.indexOf(i);
+      if (r >= 0) table.setCursor(r);
+    },
     dispose() {
       model.off("change:modules", onModules);
       model.off("change:model_summary", onSummary);

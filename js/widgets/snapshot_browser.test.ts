@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
 import { histogram, histogramSvg } from "../lib/histogram";
-import widget, { Snapshots, snapshotsCsv } from "./snapshot_browser";
+import widget, { Snapshots, numberText, snapshotsCsv } from "./snapshot_browser";
 
 const ints = (name: string, values: number[]) => ({ name, dtype: "int32", data: dataView(Int32Array.from(values)) });
 
@@ -108,6 +108,60 @@ describe("snapshot browser", () => {
     expect(el.querySelector(".vl-error-traceback")!.textContent).toContain("RuntimeError: boom <b>x</b>");
     expect(el.querySelector(".vl-error-traceback b")).toBeNull();
     expect(el.querySelector(".vl-sb-result-note")!.textContent).toContain("Partial: run() raised RuntimeError: boom");
+  });
+
+  it("warns, not reports ok, when no selected module ran", () => {
+    const { el, model } = setup();
+    model.kernelSet("capture_summary", {
+      tensors: 0, max_tensors: 64, sampled_bytes: 0, max_bytes: 100, modules: 0, ok: false, error: null,
+      warning: "run() finished, but none of the selected modules (head) ran while hooked: 0 tensors captured.",
+    });
+    const note = el.querySelector(".vl-sb-result-note")!;
+    expect(note.textContent).toContain("0 modules observed. Warning: run() finished, but none of the selected modules (head) ran");
+    expect(note.classList.contains("vl-sb-warning")).toBe(true);
+    expect(note.getAttribute("role")).toBe("alert");
+    model.kernelSet("capture_summary", { tensors: 2, max_tensors: 64, sampled_bytes: 8, max_bytes: 100, modules: 1, ok: true, error: null, warning: null });
+    expect(note.textContent).toBe("1 module observed");
+    expect(note.classList.contains("vl-sb-warning")).toBe(false);
+  });
+
+  it("prints floats at their dtype's precision", () => {
+    const f32 = (x: number) => Math.fround(x);
+    expect(numberText(f32(0.1), 23)).toBe("0.1");
+    expect(numberText(f32(1 / 3), 23)).toBe("0.33333334");
+    expect(numberText(f32(-123456.789), 23)).toBe("-123456.79");
+    expect(numberText(f32(1e-30), 23)).toBe("1e-30");
+    // float16 0.1 is 0.0999755859375 and float16 1/3 is 0.333251953125
+    expect(numberText(0.0999755859375, 10)).toBe("0.1");
+    expect(numberText(0.333251953125, 10)).toBe("0.3333");
+    expect(numberText(65504, 10)).toBe("65504");
+    expect(numberText(0.10000000149011612)).toBe("0.10000000149011612"); // float64: as is
+    expect(numberText(3, 23)).toBe("3");
+    expect(numberText(NaN, 23)).toBe("NaN");
+    const { el, model } = setup();
+    const p = payload();
+    (p.values.$array as any).data = dataView(Float64Array.from([f32(0.1), f32(1 / 3), NaN, 3, 4, 5, 0, 1]));
+    model.kernelSet("snapshot_table", p);
+    rowEl(el, 0).click();
+    expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["0.1", "0.33333334", "NaN", "3", "4", "5"]);
+  });
+
+  it("sizes the path columns to their content, shows full text on hover, never clips a header", () => {
+    const long = "encoders.slam-left.backbone.stages.3.blocks.11.attention.qkv_projection";
+    const p = payload();
+    const cols = p.table.$table.columns;
+    cols[0] = stringColumn("module_path", [long, "head", "head"]);
+    const { el } = setup({ snapshot_table: p });
+    const grid = el.querySelector<HTMLElement>(".vl-sb-results .vl-vt")!;
+    const tracks = grid.style.getPropertyValue("--vl-vt-cols").split(" ");
+    expect(tracks[0]).toBe(`${Math.min(520, long.length * 7 + 18)}px`); // jsdom: estimated width
+    const cell = rowEl(el, 0).querySelector<HTMLElement>('[data-key="module_path"]')!;
+    expect(cell.title).toBe(long);
+    const last = el.querySelector<HTMLElement>('.vl-sb-results .vl-vt-hcell[data-key="sample_omission_reason"]')!;
+    expect(last.title).toBe("Not sampled because");
+    // the last track is never narrower than its label needs
+    expect(Number.parseInt(tracks.at(-1)!, 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled because".length * 7.5) + 18);
+    expect(el.querySelectorAll(".vl-sb-results .vl-vt-resizer").length).toBe(10);
   });
 
   it("builds the CSV with the export columns and downloads it", () => {

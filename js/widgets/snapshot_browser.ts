@@ -18,6 +18,8 @@ export interface SnapshotBrowserModel extends ModuleTableModel {
   capture_summary: {
     tensors?: number; max_tensors?: number | null; sampled_bytes?: number; max_bytes?: number | null;
     modules?: number; ok?: boolean; error?: string | null;
+    /** Set when run() finished but selected modules never ran (e.g. `model` was re-assigned). */
+    warning?: string | null;
   };
   limits: Record<string, number>;
   can_capture: boolean;
@@ -50,6 +52,8 @@ const COLUMNS: VTColumn[] = [
   { key: "sample_omission_reason", label: "Not sampled because", minWidth: 140, grow: 1 },
 ];
 
+const FITTED_COLUMNS = ["module_path", "tensor_path", "shape", "dtype", "sample_omission_reason"];
+
 /** The decoded snapshot payload: metadata columns plus all sampled values. */
 export class Snapshots {
   readonly table: Table | null;
@@ -77,18 +81,47 @@ export class Snapshots {
     return this.values.subarray(start, start + this.num(row, "values_count"));
   }
 
-  /** Sampled values as text: booleans as true/false, integers exactly, floats short. */
+  /** Sampled values as text: booleans as true/false, integers exactly, floats at their dtype's precision. */
   sampleText(row: number): string[] {
     const dtype = this.text(row, "dtype");
     const isBool = dtype === "torch.bool";
-    return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v)));
+    const bits = MANTISSA_BITS[dtype];
+    return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v, bits)));
+  }
+
+  /** The longest text of column `name` over the first `limit` rows (for column fitting). */
+  longest(name: string, limit = 2000): string {
+    let out = "";
+    for (let r = 0; r < Math.min(this.length, limit); r++) {
+      const t = this.text(r, name);
+      if (t.length > out.length) out = t;
+    }
+    return out;
   }
 }
 
-function numberText(v: number): string {
+/** Explicit mantissa bits of the floating dtypes whose samples cross widened to float64. */
+const MANTISSA_BITS: Record<string, number> = {
+  "torch.float32": 23, "torch.float16": 10, "torch.bfloat16": 7,
+  "torch.float8_e4m3fn": 3, "torch.float8_e4m3fnuz": 3, "torch.float8_e5m2": 2, "torch.float8_e5m2fnuz": 2,
+};
+
+/**
+ * A sampled value as text. Samples travel as float64, so a float32 0.1 arrives as
+ * 0.10000000149011612; given the source dtype's mantissa bits, print the fewest significant
+ * digits that still identify the value in that dtype (float32: up to 9, float16: up to 5).
+ */
+export function numberText(v: number, mantissaBits?: number): string {
   if (Number.isNaN(v)) return "NaN";
   if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return String(v);
+  if (mantissaBits === undefined || v === 0 || (Number.isInteger(v) && Math.abs(v) < 1e7)) return String(v);
+  const halfUlp = 2 ** (Math.floor(Math.log2(Math.abs(v))) - mantissaBits - 1);
+  const maxDigits = Math.ceil(mantissaBits * Math.log10(2)) + 2;
+  for (let p = 1; p < maxDigits; p++) {
+    const short = Number(v.toPrecision(p));
+    if (Math.abs(short - v) < halfUlp) return String(short);
+  }
+  return String(Number(v.toPrecision(maxDigits)));
 }
 
 const NON_FINITE = new Set(["NaN", "Infinity", "-Infinity"]);
@@ -148,7 +181,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     renderCell(r, key, cell) {
       if (key === "numel" || key === "sampled_bytes" || key === "call_index") cell.textContent = formatNumber(snaps.num(r, key));
       else cell.textContent = snaps.text(r, key);
-      if (key === "module_path" || key === "tensor_path") cell.title = cell.textContent ?? "";
+      cell.title = cell.textContent ?? ""; // the full text when the column is too narrow
     },
     rowSelected: (r) => r === detailRow,
     rowClass: (r) => (snaps.text(r, "sample_omission_reason") ? "vl-sb-omitted" : ""),
@@ -227,6 +260,9 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     detailRow = -1;
     replaceChildren(detail);
     table.setRowCount(snaps.length);
+    // Paths are what people read here: size those columns to their longest entry
+    // (bounded; the user can still drag a header edge).
+    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 520 : 360);
     download.disabled = snaps.length === 0;
     loadSummary();
   }
@@ -241,10 +277,15 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     bytesMeter.value = bytes;
     tensorsText.textContent = `${formatNumber(tensors)} / ${s.max_tensors == null ? "?" : formatNumber(s.max_tensors)}`;
     bytesText.textContent = `${formatNumber(bytes)} / ${s.max_bytes == null ? "?" : formatNumber(s.max_bytes)}`;
+    const observed = `${formatNumber(s.modules ?? 0)} module${s.modules === 1 ? "" : "s"} observed`;
     if (s.tensors === undefined) resultNote.textContent = "No capture yet.";
-    else if (s.ok === false) resultNote.textContent = `Partial: run() raised ${s.error ?? ""}`;
-    else resultNote.textContent = `${formatNumber(s.modules ?? 0)} module${s.modules === 1 ? "" : "s"} observed`;
-    resultNote.classList.toggle("vl-sb-failed", s.ok === false);
+    else if (s.error) resultNote.textContent = `Partial: run() raised ${s.error}`;
+    else if (s.warning) resultNote.textContent = `${observed}. Warning: ${s.warning}`;
+    else resultNote.textContent = observed;
+    resultNote.classList.toggle("vl-sb-failed", Boolean(s.error));
+    resultNote.classList.toggle("vl-sb-warning", !s.error && Boolean(s.warning));
+    if (s.warning && !s.error) resultNote.setAttribute("role", "alert");
+    else resultNote.removeAttribute("role");
   }
 
   function showDetail(r: number): void {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
-import { formatBytes, render, seriesHistogram, type DashboardModel, type Series } from "./store_dashboard";
+import widget, { formatBytes, seriesHistogram, type DashboardModel, type Series } from "./store_dashboard";
 
 const HOSTILE = "<img src=x onerror=alert(1)>";
 
@@ -67,7 +67,7 @@ function makeModel(state: Partial<DashboardModel> = {}) {
 function mount(model: FakeModel<DashboardModel>) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanup = render({ model: model as any, el } as any);
+  const cleanup = widget.render({ model: model as any, el } as any);
   return { el, cleanup };
 }
 

@@ -145,7 +145,7 @@ function card(title: string, ...children: (Node | string | null)[]): HTMLElement
   return h("section", { class: "vl-sd-card" }, h("h4", { class: "vl-sd-card-title" }, title), ...children);
 }
 
-export function render({ model, el }: RenderProps<DashboardModel>): () => void {
+function render({ model, el }: RenderProps<DashboardModel>): () => void {
   const client = new CommandClient(model as unknown as AnyModel);
   const status = statusView(model as unknown as AnyModel);
   const ui: { tab: TabKey; bins: number; logY: boolean; component: string } = {

@@ -10,6 +10,11 @@ widgets) is asked for its rows.
 pandas and pyarrow are optional (the ``vinlens[export]`` extra); they are imported only
 when a DataFrame or a Parquet file is asked for, with an error that names the extra.
 CSV and JSON need nothing beyond the standard library.
+
+Files are written to a temporary file beside the target and renamed into place, so an
+error while rendering (or a full disk) leaves the previous file as it was. Text that is
+not valid Unicode (a tar member name in Latin-1, carried as ``surrogateescape``) is
+written readably, its odd bytes as ``\\xNN`` (:func:`display_text`), never as an error.
 """
 
 from __future__ import annotations
@@ -19,17 +24,42 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Mapping, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path, PurePath
 from typing import Any
 
-__all__ = ["EXPORT_SUFFIXES", "export", "to_dataframe", "to_rows"]
+__all__ = ["EXPORT_SUFFIXES", "display_text", "export", "to_dataframe", "to_rows"]
 
 #: File suffixes :func:`export` understands, and the format each one writes.
 EXPORT_SUFFIXES = {".csv": "CSV", ".json": "JSON", ".parquet": "Parquet"}
 
 _CONTAINER_FIELDS = ("snapshots", "modules", "fields")
+
+
+def display_text(text: str) -> str:
+    r"""``text`` as valid Unicode: bytes that were not UTF-8 shown as ``\xNN``.
+
+    Names read from tar headers and file systems that are not UTF-8 (say the Latin-1
+    bytes of ``café``) reach Python as ``surrogateescape`` strings, which cannot be
+    written as UTF-8, JSON for a browser, or Arrow. They are shown as ``caf\xe9``:
+    readable, and distinct from the valid name ``café``. Valid text is returned unchanged.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _records_of(obj: Any) -> Sequence[Any]:
@@ -91,14 +121,16 @@ def _plain(value: Any) -> Any:
         return _plain(value.value)
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return display_text(value)
+    if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, PurePath):
-        return str(value)
+        return display_text(str(value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {display_text(str(k)): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(v) for v in value]
     item = getattr(value, "item", None)  # numpy / torch scalars
@@ -107,7 +139,7 @@ def _plain(value: Any) -> Any:
             return _plain(item())
         except (TypeError, ValueError):
             pass
-    return str(value)
+    return display_text(str(value))
 
 
 def _csv_cell(value: Any) -> str:
@@ -202,16 +234,48 @@ def export(records: Any, path: str | PathLike[str]) -> Path:
         )
     rows = to_rows(records)
     if suffix == ".csv":
-        columns = _columns(rows)
-        with target.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow([_csv_safe_cell(row.get(name)) for name in columns])
+        _replace_atomically(target, lambda tmp: _write_csv(tmp, rows))
     elif suffix == ".json":
         text = json.dumps([_plain(row) for row in rows], indent=1, allow_nan=False)
-        target.write_text(text + "\n", encoding="utf-8")
+        _replace_atomically(target, lambda tmp: tmp.write_text(text + "\n", encoding="utf-8"))
     else:
         table = _parquet_table(rows)
-        _require("pyarrow.parquet", "Parquet export").write_table(table, str(target))
+        parquet = _require("pyarrow.parquet", "Parquet export")
+        _replace_atomically(target, lambda tmp: parquet.write_table(table, str(tmp)))
     return target
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    columns = _columns(rows)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        # Header names are text a spreadsheet reads like any cell: escaped the same way.
+        writer.writerow([_csv_safe_cell(name) for name in columns])
+        for row in rows:
+            writer.writerow([_csv_safe_cell(row.get(name)) for name in columns])
+
+
+def _replace_atomically(target: Path, write: Callable[[Path], object]) -> None:
+    """Write through ``write(tmp)`` to a temporary file beside ``target``, then rename it.
+
+    The rename is atomic on one file system, so readers see the old file or the new one,
+    never a truncated mix, and a failure midway leaves the old file untouched. A symlinked
+    target keeps its link: the file it points at is replaced.
+    """
+    final = target.resolve() if target.is_symlink() else target
+    try:
+        mode = final.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.chmod(tmp, mode)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -178,7 +178,7 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     assert lab.kernel_json("w.status") == "error"
     assert root.locator(".vl-av-stats").first.inner_text().startswith("raw min")
 
-    # A layer path that is not in the model, sent as the browser would send it.
+    # A layer path that is not in the model, chosen as a hostile page script would.
     lab.kernel_json("setattr(model, 'fail', False) or 0")
     root.locator(".vl-error-dismiss").click()
     root.locator(".vl-av-layer").evaluate(
@@ -186,9 +186,14 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
         " o.textContent = 'nope'; el.append(o); el.value = o.value;"
         " el.dispatchEvent(new Event('change')); }"
     )
-    root.locator(".vl-av-recompute").click()
+    # The kernel refuses a layer that is not one of its choices, and with no capture mode
+    # to offer for it there is nothing to recompute.
     error.wait_for(state="visible")
-    assert "'encoders.rgb.nope'" in root.locator(".vl-error-message").inner_text()
+    assert "'encoders.{camera}.nope' is not one of this viewer's layer choices" in (
+        root.locator(".vl-error-message").inner_text()
+    )
+    assert root.locator(".vl-av-recompute").is_disabled()
+    assert lab.kernel_json("w.selected_layer") == "encoders.{camera}.conv3"
     root.locator(".vl-error-dismiss").click()
 
     root.locator(".vl-av-layer").select_option("encoders.{camera}.conv3")
@@ -245,3 +250,62 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     _set_theme(lab, False)
     channels = [int(v) for v in background[background.index("(") + 1 : -1].split(",")[:3]]
     assert sum(channels) / 3 < 100, f"dark theme background {background} is not dark"
+
+
+# slam-right gets no evidence blob, so its map is the encoder's constant floor: near-flat.
+FLAT = """
+flat_images = {k: v[0] for k, v in make_camera_images(
+    evidence={k: v for k, v in EVIDENCE.items() if k != "slam-right"}, seed=3).items()}
+wf = AttributionViewerWidget(MultiCameraDemoModel(), flat_images, target_class=EVIDENCE_CLASS,
+                             layer="encoders.{camera}.conv3")
+wf
+"""
+
+# Geometry of each card: the canvas top, the card height, whether a legend label wraps.
+GEOMETRY = """(root) => [...root.querySelectorAll('.vl-av-panel')].map(p => {
+  const line = (el) => Math.round(el.getBoundingClientRect().height);
+  const lh = (el) => parseFloat(getComputedStyle(el).lineHeight) || 14;
+  return {
+    camera: p.dataset.camera,
+    top: Math.round(p.getBoundingClientRect().top),
+    canvasTop: Math.round(p.querySelector('canvas').getBoundingClientRect().top),
+    height: Math.round(p.getBoundingClientRect().height),
+    labelsOneLine: [...p.querySelectorAll('.vl-av-bar-min, .vl-av-bar-max')]
+      .every(el => line(el) <= 1.5 * lh(el)),
+    hatch: getComputedStyle(p.querySelector('.vl-av-hatch')).display !== 'none',
+  };
+})"""
+
+
+def test_near_flat_camera_is_marked_and_cards_align(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_flat.ipynb", [SETUP, FLAT]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    assert lab.kernel_json("[k for k, f in wf.flatness.items() if f.flat]") == ["slam-right"]
+    flat = root.locator(".vl-av-panel[data-camera='slam-right']")
+    assert flat.locator(".vl-av-flat-badge").is_visible()
+    assert flat.locator(".vl-av-hatch").is_visible()
+    assert "% of " in flat.locator(".vl-av-range").inner_text()
+    for camera in ("rgb", "slam-left"):
+        panel = root.locator(f".vl-av-panel[data-camera='{camera}']")
+        assert panel.locator(".vl-av-flat-badge").is_hidden()
+        assert panel.locator(".vl-av-hatch").is_hidden()
+    # The flat camera's colourbar ends are its own raw range, not a pretend 0..max.
+    lo, hi = lab.kernel_json("[wf.records['slam-right'].raw_min, wf.records['slam-right'].raw_max]")
+    assert float(flat.locator(".vl-av-bar-min").inner_text()) == pytest.approx(lo, rel=1e-3)
+    assert float(flat.locator(".vl-av-bar-max").inner_text()) == pytest.approx(hi, rel=1e-3)
+
+    for dark in (False, True):
+        _set_theme(lab, dark)
+        cards = root.evaluate(GEOMETRY)
+        # Cards may wrap onto rows; inside a card the image starts at the same offset, and
+        # cards in one row have one height.
+        assert len({c["canvasTop"] - c["top"] for c in cards}) == 1, cards
+        for row in {c["top"] for c in cards}:
+            assert len({c["height"] for c in cards if c["top"] == row}) == 1, cards
+        assert all(c["labelsOneLine"] for c in cards), cards
+        assert [c["camera"] for c in cards if c["hatch"]] == ["slam-right"]
+        root.scroll_into_view_if_needed()
+        lab.screenshot(f"attribution_viewer-flat-{'dark' if dark else 'light'}", root)
+    _set_theme(lab, False)

@@ -61,3 +61,24 @@ def test_tour_renders_every_widget(lab):
         for name, path in shots.items():
             shutil.copy(path, DOCS_IMAGES / f"{name}.png")
     assert lab.errors == [], lab.errors
+
+
+def test_tour_opens_clean_and_trusted(lab, monkeypatch):
+    """Opened and connected to its kernel, the tour is unmodified and the server trusts it."""
+    root = lab.server["root"]
+    # Sign into the server's notary database, as `vinlens demo` does into the user's.
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(root.parent / "data"))
+    write_notebooks(root, trust=True)
+    log = lab.server["log"]
+    log_before = log.read_text()
+    lab.open(TOUR_NOTEBOOK)
+    page = lab.page
+    # Lab copies the kernel's spec and language info into the notebook once it connects;
+    # give it the moment it takes, then the notebook must still be clean.
+    page.wait_for_timeout(2_000)
+    dirty = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty")
+    assert dirty is False
+    assert page.locator(".jp-mod-dirty").count() == 0
+    new_log = log.read_text()[len(log_before) :]
+    assert f"Notebook {TOUR_NOTEBOOK} is not trusted" not in new_log, new_log
+    assert lab.errors == [], lab.errors

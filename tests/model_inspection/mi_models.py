@@ -54,3 +54,7 @@ def assert_no_hooks(model: nn.Module) -> None:
     for module in model.modules():
         assert not module._forward_pre_hooks_with_kwargs
         assert not module._forward_hooks_always_called
+    # A whole-model capture hooks globally: nothing may be left there either.
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert not torch.nn.modules.module._global_forward_hooks
+    assert not torch.nn.modules.module._global_forward_hooks_always_called

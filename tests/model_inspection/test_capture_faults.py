@@ -146,19 +146,31 @@ def test_close_during_forward_is_safe() -> None:
     assert_no_hooks(model)
 
 
-def test_hooks_are_removed_when_registration_fails_midway(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("paths", [None, ["", "0", "1"]], ids=["global-hooks", "instance-hooks"])
+def test_hooks_are_removed_when_registration_fails_midway(
+    monkeypatch: pytest.MonkeyPatch, paths: list[str] | None
+) -> None:
+    # A whole-model capture registers one global pair (plus a kwargs flag per module); a
+    # capture of named paths registers per module. Fail the second registration of each.
     model = nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1))
-    original = nn.Module.register_forward_hook
     calls = {"n": 0}
+    if paths is None:
+        target: Any = torch.nn.modules.module
+        name = "register_module_forward_hook"
+        original = target.register_module_forward_hook
+        # The pre-hook is registered and every module flagged before the post-hook fails.
+        calls["n"] = 1
+    else:
+        target, name, original = nn.Module, "register_forward_hook", nn.Module.register_forward_hook
 
-    def flaky(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def flaky(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise MemoryError("simulated")
-        return original(self, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(nn.Module, "register_forward_hook", flaky)
-    capture = capture_model(model)
+    monkeypatch.setattr(target, name, flaky)
+    capture = capture_model(model, module_paths=paths)
     with pytest.raises(MemoryError), capture:
         pass
     assert not capture.active

@@ -18,9 +18,9 @@ from vinlens.model_inspection import (
     CaptureLimits,
     ModelCapture,
     TensorSnapshot,
-    _row_major_prefix,
     capture_model,
 )
+from vinlens.model_inspection.capture import _row_major_prefix
 
 BIG = CaptureLimits(max_tensors=10_000, max_bytes=10_000_000)
 

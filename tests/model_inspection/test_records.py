@@ -15,16 +15,19 @@ from vinlens.model_inspection import (
     CaptureLimits,
     ModuleMetadata,
     TensorSnapshot,
+    TensorSummary,
     capture_model,
     inspect_model,
 )
 
-FIELDS = [field.name for field in dataclasses.fields(CaptureLimits)]
+# The reference's five positive quotas; max_summary_elements (added after them, so
+# positional construction is unchanged) may be 0 and is tested on its own.
+FIELDS = [field.name for field in dataclasses.fields(CaptureLimits)][:5]
 
 
 def test_capture_limits_defaults_match_the_reference() -> None:
     limits = CaptureLimits()
-    assert dataclasses.astuple(limits) == (64, 32, 16 * 1024, 4096, 32)
+    assert dataclasses.astuple(limits) == (64, 32, 16 * 1024, 4096, 32, 1 << 20)
     assert FIELDS == [
         "max_tensors",
         "max_samples_per_tensor",
@@ -32,6 +35,15 @@ def test_capture_limits_defaults_match_the_reference() -> None:
         "max_traversal_nodes",
         "max_container_depth",
     ]
+
+
+def test_max_summary_elements_may_be_zero_but_not_negative_or_a_bool() -> None:
+    assert CaptureLimits(max_summary_elements=0).max_summary_elements == 0
+    with pytest.raises(ValueError, match=r"max_summary_elements must be a non-negative int"):
+        CaptureLimits(max_summary_elements=-1)
+    with pytest.raises(TypeError, match=r"max_summary_elements must be a non-negative int"):
+        CaptureLimits(max_summary_elements=True)
+    assert CaptureLimits.from_mapping({"max_summary_elements": 0}).max_summary_elements == 0
 
 
 @pytest.mark.parametrize("field", FIELDS)
@@ -84,7 +96,10 @@ def test_captured_snapshots_equal_regularly_constructed_records() -> None:
     with capture_model(model) as capture:
         model(torch.randn(4, 3))
     for snapshot in capture.snapshots:
-        rebuilt = TensorSnapshot(**dataclasses.asdict(snapshot))
+        fields = dataclasses.asdict(snapshot)
+        assert fields["summary"] is not None  # float32 activations are summarized
+        fields["summary"] = TensorSummary(**fields["summary"])
+        rebuilt = TensorSnapshot(**fields)
         assert rebuilt == snapshot and hash(rebuilt) == hash(snapshot)
         assert repr(rebuilt) == repr(snapshot)
         with pytest.raises(dataclasses.FrozenInstanceError):
@@ -114,4 +129,48 @@ def test_any_bad_quota_is_rejected_naming_the_field(field: str, bad: object) -> 
 @given(values=st.lists(st.integers(1, 10**9), min_size=5, max_size=5))
 def test_any_positive_quotas_are_accepted(values: list[int]) -> None:
     limits = CaptureLimits(*values)
-    assert dataclasses.astuple(limits) == tuple(values)
+    assert dataclasses.astuple(limits)[:5] == tuple(values)
+
+
+def test_capture_limits_from_mapping_keeps_defaults_for_missing_fields() -> None:
+    assert CaptureLimits.from_mapping({}) == CaptureLimits()
+    limits = CaptureLimits.from_mapping({"max_tensors": 200, "max_bytes": 8})
+    assert limits == CaptureLimits(max_tensors=200, max_bytes=8)
+    every = dict(zip(FIELDS, (1, 2, 3, 4, 5), strict=True))
+    assert dataclasses.astuple(CaptureLimits.from_mapping(every))[:5] == (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "error", "expected"),
+    [
+        ({"max_tensors": 0}, ValueError, r"CaptureLimits\.max_tensors must be a positive int"),
+        ({"max_bytes": -5}, ValueError, r"CaptureLimits\.max_bytes must be a positive int"),
+        ({"max_samples_per_tensor": 1.5}, TypeError, r"max_samples_per_tensor .*float 1\.5"),
+        ({"max_tensors": None}, TypeError, r"max_tensors must be a positive int.*None"),
+        ({"max_tensors": True}, TypeError, r"max_tensors must be a positive int.*bool"),
+        ({"max_tensors": "8"}, TypeError, r"max_tensors must be a positive int.*'8'"),
+        ({"bogus": 3, "max_tensors": 2}, ValueError, r"'bogus'.*expected some of max_tensors"),
+        ({1: 3}, ValueError, r"unknown capture limit\(s\) 1"),
+    ],
+)
+def test_capture_limits_from_mapping_refuses_naming_the_field(
+    mapping: dict[object, object], error: type[Exception], expected: str
+) -> None:
+    with pytest.raises(error, match=expected):
+        CaptureLimits.from_mapping(mapping)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [[1, 2], (("max_tensors", 3),), "max_tensors=3", None, 7])
+def test_capture_limits_from_mapping_refuses_non_mappings(bad: object) -> None:
+    with pytest.raises(TypeError, match="must be a mapping of CaptureLimits fields"):
+        CaptureLimits.from_mapping(bad)  # type: ignore[arg-type]
+
+
+def test_root_path_constant_names_the_model_in_every_record() -> None:
+    from vinlens.model_inspection import ROOT_PATH
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    assert inspect_model(model).modules[0].path == ROOT_PATH == "<root>"
+    with capture_model(model, module_paths=[""]) as capture:
+        model(torch.ones(1, 2))
+    assert {s.module_path for s in capture.snapshots} == {ROOT_PATH}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -19,6 +21,7 @@ from vinlens.store.coverage import (
     collect_vin_offline_dataset_coverage,
     parse_webdataset_key,
     snippet_pairs_from_member_names,
+    webdataset_key,
 )
 from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
 from vinlens.store.sample import VinOfflineSample
@@ -32,6 +35,10 @@ from vinlens.store.writer import VinOfflineStoreWriter
 
 # WebDataset's own key regex (webdataset.tariterators.base_plus_ext), used as the oracle.
 _WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+# WebDataset's default skip_meta: such members are metadata, never samples.
+_WDS_META = re.compile(r"__[^/]*__($|/)")
 
 
 def _oracle_pair(name: str) -> tuple[str, str] | None:
@@ -55,7 +62,7 @@ def _expected_from_tars(
     for path in tars:
         with tarfile.open(path) as tf:
             for member in tf.getmembers():
-                if not member.isreg():
+                if not member.isreg() or _WDS_META.match(member.name):
                     continue
                 pair = _oracle_pair(member.name)
                 if pair is None:
@@ -288,6 +295,94 @@ def test_store_replaced_during_coverage_is_detected(tmp_path: Path) -> None:
 def test_key_rule_agrees_with_webdataset(name: str) -> None:
     assert parse_webdataset_key(name) == _oracle_pair(name)
     pairs, bad = snippet_pairs_from_member_names([name, name])
+    if _WDS_META.match(name):
+        assert pairs == set() and bad == []
+        return
     expected = _oracle_pair(name)
     assert pairs == ({expected} if expected else set())
     assert bad == ([] if expected else [name, name])
+
+
+def test_coverage_with_a_process_pool_equals_in_process(tmp_path: Path) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vinlens.store.coverage import clear_coverage_cache
+
+    data = write_synthetic_dataset(
+        tmp_path, raw_spec=SyntheticRawSpec(num_tars=5, unparseable_members=30)
+    )
+    clear_coverage_cache()
+    sequential = collect_vin_offline_dataset_coverage(data.config)
+    for max_tars in (None, 2):
+        clear_coverage_cache()
+        expected = collect_vin_offline_dataset_coverage(data.config, max_tars=max_tars)
+        clear_coverage_cache()
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            pooled = collect_vin_offline_dataset_coverage(
+                data.config, max_tars=max_tars, executor=pool
+            )
+        assert pooled == expected
+    assert len(sequential.unparseable_examples) == 20
+
+
+def _raw_tar(path: Path, names: list[str], *, encoding: str = "utf-8") -> None:
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding=encoding) as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+
+
+def test_webdataset_meta_members_are_skipped_and_hidden_basenames_keyed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    _write_store(store, [("scene_a", "snippet_1")])
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _raw_tar(
+        raw / "a.tar",
+        [
+            "__meta__/info.json",
+            "__index__",
+            "__key__.txt",
+            "scene_a/snippet_1.rgb.jpg",
+            "scene_a/.hidden",
+            "x/__meta__/y.json",
+        ],
+    )
+    record = collect_vin_offline_dataset_coverage(
+        VinOfflineStoreConfig(store_dir=store, raw_dataset_dir=raw)
+    )
+    # WebDataset skips the first two ("__key__.txt" does not match its rule); the key of
+    # "scene_a/.hidden" is "scene_a/" (no snippet), of "__key__.txt" "__key__" (no scene).
+    assert record.meta_members_skipped == 2
+    assert record.members_scanned == 4
+    assert record.unparseable_examples == ["a.tar: __key__.txt", "a.tar: scene_a/.hidden"]
+    assert record.covered_snippets == 1
+    assert record.dataset_snippets == 2  # ("x", "__meta__") is an ordinary key, as in WebDataset
+    assert webdataset_key("scene_a/.hidden") == "scene_a/"
+    assert webdataset_key(".hidden") is None
+
+
+def test_non_utf8_member_names_are_carried_readably(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    _write_store(store, [("scene_a", "snippet_1")])
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _raw_tar(
+        raw / "latin.tar",
+        ["scène_b/snippet_1.rgb.jpg", "scene_a/snippet_1.rgb.jpg", "caf\u00e9.txt"],
+        encoding="latin-1",
+    )
+    record = collect_vin_offline_dataset_coverage(
+        VinOfflineStoreConfig(store_dir=store, raw_dataset_dir=raw)
+    )
+    assert record.non_utf8_members == 2
+    assert record.non_utf8_examples == [
+        "latin.tar: sc\\xe8ne_b/snippet_1.rgb.jpg",
+        "latin.tar: caf\\xe9.txt",
+    ]
+    assert record.unparseable_examples == ["latin.tar: caf\\xe9.txt"]
+    assert [row.scene_id for row in record.per_scene] == ["scene_a", "sc\\xe8ne_b"]
+    assert record.missing_examples == [("sc\\xe8ne_b", "snippet_1")]
+    # Every string a widget, CSV export or terminal gets is encodable UTF-8.
+    json.dumps(dataclasses.asdict(record), ensure_ascii=False).encode("utf-8")

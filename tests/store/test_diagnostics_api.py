@@ -157,9 +157,11 @@ def test_functions_keep_the_seed_signatures() -> None:
     kw = inspect.Parameter.KEYWORD_ONLY
     pos = inspect.Parameter.POSITIONAL_OR_KEYWORD
     empty = inspect.Parameter.empty
+    # The seed's parameters, then the executor (an addition with a default).
     assert params(diagnostics.collect_vin_offline_dataset_stats) == [
         ("store", pos, empty),
         ("max_samples", kw, 512),
+        ("executor", kw, None),
     ]
     assert params(diagnostics.capture_vin_offline_dataset_stats_request) == [
         ("store", pos, empty),
@@ -169,6 +171,10 @@ def test_functions_keep_the_seed_signatures() -> None:
         ("store", pos, empty),
         ("max_tars", kw, None),
         ("progress_cb", kw, None),
+        ("executor", kw, None),
     ]
-    assert params(diagnostics.inspect_vin_offline_dataset_stats) == [("request", pos, empty)]
+    assert params(diagnostics.inspect_vin_offline_dataset_stats) == [
+        ("request", pos, empty),
+        ("executor", pos, None),
+    ]
     assert params(diagnostics.VinOfflineDatasetStatsRequest.digest) == [("self", pos, empty)]

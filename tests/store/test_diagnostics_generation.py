@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from vinlens.store import diagnostics
 from vinlens.store.diagnostics import (
     VinOfflineDatasetStatsRequest,
     VinOfflineStoreReplacedError,
+    acquire,
     capture_vin_offline_dataset_stats_request,
     collect_vin_offline_dataset_stats,
     inspect_vin_offline_dataset_stats,
@@ -119,20 +119,20 @@ def _replace_in_thread_on_first_read(
     """Pause the first payload read until another thread has swapped the store."""
     started = threading.Event()
     swapped = threading.Event()
-    original = VinOfflineStoreReader.read_rows
+    original = VinOfflineStoreReader.read_window
 
     def worker() -> None:
         started.wait(timeout=30)
         swap()
         swapped.set()
 
-    def read_rows(self: VinOfflineStoreReader, *args: object, **kwargs: object) -> object:
+    def read_window(self: VinOfflineStoreReader, *args: object, **kwargs: object) -> object:
         if not started.is_set():
             started.set()
             assert swapped.wait(timeout=30), "replacement thread did not finish"
         return original(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(VinOfflineStoreReader, "read_rows", read_rows)
+    monkeypatch.setattr(VinOfflineStoreReader, "read_window", read_window)
     thread = threading.Thread(target=worker, daemon=True)
     thread.start()
     return thread
@@ -171,7 +171,7 @@ def test_reader_generation_is_compared_with_the_request(
 ) -> None:
     """A replacement between the pre-check and the open is caught from the read handles."""
     request = capture_vin_offline_dataset_stats_request(store)
-    real = diagnostics._current_generation
+    real = acquire._current_generation
     calls = {"n": 0}
 
     def first_call_sees_the_old_generation(path: str) -> object:
@@ -181,7 +181,7 @@ def test_reader_generation_is_compared_with_the_request(
         return real(path)
 
     write_synthetic_store(store, SyntheticStoreSpec(seed=12), replace=True)
-    monkeypatch.setattr(diagnostics, "_current_generation", first_call_sees_the_old_generation)
+    monkeypatch.setattr(acquire, "_current_generation", first_call_sees_the_old_generation)
     with pytest.raises(VinOfflineStoreReplacedError, match="between the request and the read"):
         inspect_vin_offline_dataset_stats(request)
 

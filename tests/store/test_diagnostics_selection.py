@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from vinlens.store.diagnostics import (
     SELECTION_RUN_LENGTH,
-    _Reservoir,
-    _weighted_percentile,
     apportion,
     select_vin_offline_sample_indices,
 )
+from vinlens.store.diagnostics.kernels import weighted_percentile
+from vinlens.store.diagnostics.sampling import Reservoir
 
 sizes_strategy = st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=8)
 
@@ -102,10 +102,10 @@ def test_selection_spreads_over_a_shard() -> None:
 def test_weighted_percentile_matches_numpy(counts: dict[int, int], q: float) -> None:
     values = np.repeat(list(counts), list(counts.values()))
     if values.size == 0:
-        assert _weighted_percentile(counts, q) == 0.0
+        assert weighted_percentile(counts, q) == 0.0
         return
     assert math.isclose(
-        _weighted_percentile(counts, q), float(np.percentile(values, q)), rel_tol=1e-9, abs_tol=1e-9
+        weighted_percentile(counts, q), float(np.percentile(values, q)), rel_tol=1e-9, abs_tol=1e-9
     )
 
 
@@ -114,8 +114,8 @@ def test_reservoir_is_bounded_and_order_independent(seed: int, batches: int) -> 
     rng = np.random.default_rng(seed)
     positions = rng.permutation(5000)[: rng.integers(1, 5000)]
     values = positions.astype(np.float64) * 0.5
-    forward = _Reservoir(1, salt=3, limit=200)
-    backward = _Reservoir(1, salt=3, limit=200)
+    forward = Reservoir(1, salt=3, limit=200)
+    backward = Reservoir(1, salt=3, limit=200)
     parts = np.array_split(np.arange(positions.size), batches)
     for part in parts:
         forward.add(positions[part], values[part])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -10,8 +11,9 @@ import torch
 import traitlets
 from matplotlib.image import imread
 
-from vinlens.attribution import camera_targets_for_layer, explain_cameras
+from vinlens.attribution import camera_targets_for_layer, explain_cameras, map_flatness
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets import ModuleSelection, ModuleTableWidget
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
 EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
@@ -94,6 +96,39 @@ def test_maps_cross_as_float32_bytes_at_image_size_and_equal_the_engine(images):
     assert w.maps["rgb"].min() >= 0
 
 
+def test_payload_marks_the_flat_camera_with_the_engines_rule(images):
+    # slam-right gets no evidence blob: its map is the encoder's constant floor, near-flat.
+    planted = {k: v for k, v in EVIDENCE.items() if k != "slam-right"}
+    flat_images = {k: v[0] for k, v in make_camera_images(evidence=planted, seed=3).items()}
+    w = viewer(flat_images)
+    expected = map_flatness({k: (r.raw_min, r.raw_max) for k, r in w.records.items()})
+    assert w.flatness == expected
+    assert [k for k, p in w.attributions.items() if p["flat"]] == ["slam-right"]
+    right = w.attributions["slam-right"]
+    assert right["flat_reason"] == expected["slam-right"].reason and right["flat_reason"]
+    assert right["span"] == pytest.approx(right["max"] - right["min"])
+    assert right["largest_camera"] == expected["slam-right"].largest_camera
+    assert right["relative_span"] < 0.05
+    assert w.attributions["rgb"]["flat"] is False and w.attributions["rgb"]["flat_reason"] == ""
+    # Flatness is judged across the cameras on screen: a recompute of one camera re-judges
+    # every payload (slam-left alone at a flat layer channel would not change rgb's record).
+    reply = w.run_command("explain", {"cameras": ["slam-right"], "method": "ablation_cam"})
+    assert reply["kind"] == "result"
+    assert w.attributions["slam-right"]["flat"] is w.flatness["slam-right"].flat
+
+
+def test_non_finite_ranges_cross_as_explicit_floats(images):
+    w = viewer(images)
+    record = dataclasses.replace(w.records["rgb"], raw_max=float("nan"))
+    from vinlens.widgets.attribution_viewer import _record_payload
+
+    payload = _record_payload(
+        record, map_flatness({"rgb": (record.raw_min, record.raw_max)})["rgb"]
+    )
+    assert payload["max"] == {"$float": "NaN"} and payload["span"] == {"$float": "NaN"}
+    assert payload["flat"] is False
+
+
 @pytest.mark.parametrize("mode", list(LAYERS))
 def test_each_camera_map_peaks_on_its_planted_evidence(images, mode):
     w = viewer(images, mode)
@@ -113,6 +148,11 @@ def test_layer_choices_come_from_the_models_module_paths(images):
     assert "<root>" not in paths
     assert [m["value"] for m in w.methods] == ["grad_cam", "grad_cam_plus_plus", "ablation_cam"]
     assert w.capture_modes == ["dedicated_layer", "per_camera_call", "stacked_camera_batch"]
+    # One list of layers, each with the modes it is offered in; layer_choices is its view per mode.
+    options = {c["path"]: c["modes"] for c in w.layers}
+    assert options["encoders.{camera}.conv3"] == ["dedicated_layer"]
+    for mode, choices in w.layer_choices.items():
+        assert [c["path"] for c in choices] == [p for p, m in options.items() if mode in m]
 
 
 def test_explicit_targets_and_layer_mappings(images):
@@ -129,6 +169,34 @@ def test_explicit_targets_and_layer_mappings(images):
     assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv3"
     assert w.run_command("explain", {"layer": None})["kind"] == "result"
     assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+
+
+def test_layer_chooser_shares_the_module_selection_with_a_module_table(images):
+    model = MultiCameraDemoModel()
+    picked = ModuleSelection()
+    table = ModuleTableWidget(model, selection=picked)
+    w = viewer(images, model=model, selection=picked, compute=False)
+    assert w.selection is picked
+    # The viewer's layer seeds the fresh selection: one module per camera of the template.
+    conv3 = [f"encoders.{k}.conv3" for k in images]
+    assert picked.paths == conv3 and table.selected_paths == conv3
+    # A module picked in the table moves the viewer's chooser (not the applied layer).
+    table.selected_paths = ["encoders.slam-left.conv2"]
+    assert w.selected_layer == "encoders.{camera}.conv2" and w.layer == "encoders.{camera}.conv3"
+    # A pick that is no layer choice here leaves the chooser and the shared selection alone.
+    picked.paths = ["<root>"]
+    assert w.selected_layer == "encoders.{camera}.conv2" and picked.paths == ["<root>"]
+    # Choosing in the viewer (as the browser does) picks the layer's modules everywhere.
+    w.set_state({"selected_layer": "encoders.{camera}.conv1"})
+    assert table.selected_paths == [f"encoders.{k}.conv1" for k in images]
+    # A value that is no layer choice, sent by a browser, is refused without an exception.
+    w.set_state({"selected_layer": "encoders.{camera}.nope"})
+    assert w.selected_layer == "encoders.{camera}.conv1"
+    assert "selected_layer" in w.error and w.status == "error"
+    # Recompute applies the chooser; the applied layer and the chooser agree again.
+    assert w.run_command("explain", {"layer": "encoders.{camera}.conv1"})["kind"] == "result"
+    assert w.layer == w.selected_layer == "encoders.{camera}.conv1"
+    assert picked.paths == [f"encoders.{k}.conv1" for k in images]
 
 
 def test_score_callable_and_numpy_images(images):
@@ -312,13 +380,13 @@ def test_a_second_explain_while_one_runs_is_refused(images):
     first = threading.Thread(target=lambda: replies.append(w.run_command("explain", {})))
     first.start()
     for _ in range(500):
-        if w._explain_lock.locked():
+        if w.current_task is not None:
             break
         threading.Event().wait(0.01)
     second = w.run_command("explain", {"method": "grad_cam_plus_plus"})
     gate.set()
     first.join(30)
-    assert second["kind"] == "error" and "already running" in second["message"]
+    assert second["kind"] == "error" and "already running for this viewer" in second["message"]
     assert replies[0]["kind"] == "result"
     assert {r.method for r in w.records.values()} == {"grad_cam"}
     assert hook_count(w._model) == 0

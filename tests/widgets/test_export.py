@@ -148,3 +148,64 @@ def test_csv_cells_cannot_run_as_spreadsheet_formulas(tmp_path):
     assert read["scene"] == '\'=HYPERLINK("http://x")'
     assert read["note"] == "'@SUM(A1)"
     assert (read["delta"], read["n"]) == ("-1.5", "-3")  # numbers keep their sign
+
+
+def test_csv_header_row_is_escaped_like_the_cells(tmp_path):
+    rows = [{"=cmd|' /C calc'!A0": 1, "+sum": 2, "plain": 3}]
+    path = export(rows, tmp_path / "header.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert header == ["'=cmd|' /C calc'!A0", "'+sum", "plain"]
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("cannot render this cell")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json", ".parquet"])
+def test_an_error_midway_leaves_the_previous_file_intact(tmp_path, suffix):
+    target = tmp_path / f"table{suffix}"
+    export(ROWS, target)
+    before = target.read_bytes()
+    target.chmod(0o640)
+    rows = [{"scene": f"s{i}", "value": i} for i in range(500)] + [{"scene": Unprintable()}]
+    with pytest.raises(RuntimeError, match="cannot render"):
+        export(rows, target)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # no temp file left
+    # A successful export replaces the file whole and keeps its permissions.
+    export(rows[:-1], target)
+    assert target.read_bytes() != before and (target.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+def test_export_through_a_symlink_replaces_the_file_it_points_at(tmp_path):
+    real = tmp_path / "real.json"
+    export(ROWS, real)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    export([{"a": 1}], link)
+    assert link.is_symlink() and json.loads(real.read_text()) == [{"a": 1}]
+
+
+def test_names_that_are_not_utf8_are_written_readably(tmp_path):
+    # A Latin-1 tar member name as Python carries it (surrogateescape).
+    latin1 = b"caf\xe9/sn\xf8".decode("utf-8", "surrogateescape")
+    rows = [{"scene_id": latin1, "note": "café", "ids": (latin1,)}]
+    text = export(rows, tmp_path / "t.csv").read_text(encoding="utf-8")
+    assert "caf\\xe9/sn\\xf8" in text and "café" in text
+    data = json.loads(export(rows, tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert data == [{"scene_id": "caf\\xe9/sn\\xf8", "note": "café", "ids": ["caf\\xe9/sn\\xf8"]}]
+    table = pq.read_table(export(rows, tmp_path / "t.parquet"))
+    assert table.column("scene_id").to_pylist() == ["caf\\xe9/sn\\xf8"]
+    # The rows themselves keep the exact name, for code that opens the tar again.
+    assert to_rows(rows)[0]["scene_id"] == latin1
+
+
+def test_display_text():
+    from vinlens.export import display_text
+
+    assert display_text("plain") == "plain" and display_text("Grüße 场景") == "Grüße 场景"
+    assert display_text(b"\xff\xfeok".decode("utf-8", "surrogateescape")) == "\\xff\\xfeok"
+    assert display_text("lone \ud800") == "lone \\ud800"

@@ -49,7 +49,7 @@ def test_payload_is_binary_columns_with_tree_structure():
     assert table["$table"]["length"] == len(paths)
     # every column is raw bytes: nothing per-row crosses as JSON
     content, buffers = split_buffers(table)
-    assert len(json.dumps(content)) < 2000 and len(buffers) == 10
+    assert len(json.dumps(content)) < 2200 and len(buffers) == 11
     parent = column(table, "parent")
     depth = column(table, "depth")
     end = column(table, "subtree_end")
@@ -64,6 +64,13 @@ def test_payload_is_binary_columns_with_tree_structure():
     assert types[column(table, "type")[i("head.1")]] == "torch.nn.modules.linear.Linear"
     assert column(table, "direct_parameters")[i("head.1")] == 4 * 6 * 6 * 2 + 2
     assert column(table, "trainable_parameters")[i("head.1")] == 2
+    # parents carry the total of their subtree beside their own count
+    subtree = column(table, "subtree_parameters")
+    direct = column(table, "direct_parameters")
+    assert subtree[i("<root>")] == sum(direct) == inspect_model(model).total_parameters
+    assert subtree[i("head")] == direct[i("head.1")] and direct[i("head")] == 0
+    assert subtree[i("stem")] == direct[i("stem.conv")] + direct[i("stem.norm")]
+    assert subtree[i("head.1")] == direct[i("head.1")]
     assert column(table, "direct_buffers")[i("stem.norm")] == 4 + 4 + 1
     training = column(table, "training")
     assert training[i("stem.conv")] is True and training[i("head")] is False

@@ -231,3 +231,39 @@ def test_export_methods_and_empty_payload(tmp_path):
     assert text[0].startswith("module_path,call_index,direction,tensor_path,shape")
     assert len(widget.to_dataframe()) == len(rows)
     assert snapshot_table_payload(())["table"]["$table"]["length"] == 0
+
+
+def test_rebound_model_warns_that_no_selected_module_ran():
+    # A notebook re-runs `model = Net()` after the browser was built: run() now drives
+    # the new object and the hooked modules never run.
+    namespace = {"model": Net()}
+    x = torch.ones(2, 4)
+    widget = SnapshotBrowserWidget(namespace["model"], lambda: namespace["model"](x))
+    namespace["model"] = Net()
+    reply = widget.run_command("capture", {"module_paths": ["encoder.0", "head"]})
+    assert reply["kind"] == "result"
+    summary = widget.capture_summary
+    assert summary["tensors"] == 0 and summary["ok"] is False and summary["error"] is None
+    assert "none of the selected modules (encoder.0, head) ran" in summary["warning"]
+    assert "re-assigned" in summary["warning"]
+    with pytest.warns(RuntimeWarning, match="no module of the model ran"):
+        assert widget.capture(module_paths=[]) == ()
+
+
+def test_selected_modules_that_did_not_run_are_named():
+    model = Net()
+    x = torch.ones(2, 4)
+    widget = SnapshotBrowserWidget(model, lambda: model.encoder(x))
+    widget.run_command("capture", {"module_paths": ["encoder.0", "head"]})
+    summary = widget.capture_summary
+    assert summary["tensors"] == 2 and summary["ok"] is False
+    assert summary["warning"] == "1 of 2 selected modules did not run during run(): head"
+    # every module ran: no warning
+    widget.run = lambda: model(x)
+    widget.run_command("capture", {"module_paths": ["encoder.0", "head"]})
+    assert widget.capture_summary["warning"] is None and widget.capture_summary["ok"] is True
+    # a quota that runs out is not "did not run"
+    widget.run_command(
+        "capture", {"module_paths": ["encoder.0", "head"], "limits": {"max_tensors": 1}}
+    )
+    assert widget.capture_summary["warning"] is None

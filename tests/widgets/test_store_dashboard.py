@@ -242,8 +242,8 @@ def test_progress_counts_rows_and_a_cancel_stops_the_engine_at_a_shard(tmp_path,
 
 
 def test_bad_arguments_and_missing_store_are_clear_errors(tmp_path, store):
-    with pytest.raises(ValueError, match="max_samples must be a positive integer"):
-        StoreDashboardWidget(store.config, max_samples=0)
+    with pytest.raises(ValueError, match="max_samples must be None or an integer >= 0"):
+        StoreDashboardWidget(store.config, max_samples=-1)
     with pytest.raises(TypeError, match=r"max_sample$"):
         StoreDashboardWidget(store.config, max_sample=8)
     w = widget_for(store.config)

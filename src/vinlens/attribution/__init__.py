@@ -26,9 +26,9 @@ from vinlens.attribution.explain import (
     CameraAttribution,
     check_camera_targets,
     explain_cameras,
-    near_flat_cameras,
     normalize_map,
 )
+from vinlens.attribution.flatness import MapFlatness, map_flatness
 from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.layout import LAYER_LAYOUTS, LayerLayoutError
 from vinlens.attribution.methods import ablation_cam, grad_cam, grad_cam_plus_plus
@@ -64,6 +64,7 @@ __all__ = [
     "LayerChoice",
     "LayerLayoutError",
     "LayerTarget",
+    "MapFlatness",
     "RelianceSummary",
     "VisionCaptureMode",
     "ablation_cam",
@@ -80,8 +81,8 @@ __all__ = [
     "grad_cam",
     "grad_cam_plus_plus",
     "layer_choices",
+    "map_flatness",
     "method_labels",
-    "near_flat_cameras",
     "normalize_map",
     "probe_layer_calls",
 ]

@@ -1,7 +1,9 @@
 """``vinlens demo``: make the demo data and notebooks, then open them in JupyterLab.
 
 JupyterLab is bound to loopback and keeps its normal token authentication: the token is
-generated here so the printed URL works with ``--no-browser`` too.
+generated here so the printed URL works with ``--no-browser`` too. It reaches JupyterLab
+through the ``JUPYTER_TOKEN`` environment variable, never its command line: any local
+user can read a process's arguments (``ps``), only its owner can read its environment.
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
 from vinlens.demo.data import DemoData, ensure_demo_data
 from vinlens.demo.notebooks import TOUR_NOTEBOOK, write_notebooks
 
-__all__ = ["check_notebook", "lab_command", "prepare_demo", "run_lab"]
+__all__ = ["check_notebook", "lab_command", "lab_environment", "prepare_demo", "run_lab"]
 
 
 def prepare_demo(root: str | os.PathLike[str] | None = None) -> DemoData:
-    """Demo data plus the notebooks (written only where missing, so edits are kept)."""
+    """Demo data plus the notebooks (written only where missing, so edits are kept).
+
+    Unedited notebooks are signed so JupyterLab opens them trusted.
+    """
     data = ensure_demo_data(root)
-    write_notebooks(data.root, overwrite=False)
+    write_notebooks(data.root, overwrite=False, trust=True)
     return data
 
 
@@ -34,7 +40,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def lab_command(root: Path, *, port: int, token: str, open_browser: bool) -> list[str]:
+def lab_command(root: Path, *, port: int, open_browser: bool) -> list[str]:
+    """JupyterLab's argv for the demo; it holds no secret (see :func:`lab_environment`)."""
     cmd = [
         sys.executable,
         "-m",
@@ -43,7 +50,6 @@ def lab_command(root: Path, *, port: int, token: str, open_browser: bool) -> lis
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}",
         f"--ServerApp.open_browser={open_browser}",
         f"--LabApp.default_url=/lab/tree/{TOUR_NOTEBOOK}",
     ]
@@ -52,18 +58,26 @@ def lab_command(root: Path, *, port: int, token: str, open_browser: bool) -> lis
     return cmd
 
 
+def lab_environment(token: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``JUPYTER_TOKEN`` set to ``token``."""
+    env = dict(os.environ if base is None else base)
+    env.pop("JUPYTER_TOKEN_FILE", None)  # JUPYTER_TOKEN wins anyway; leave one source
+    env["JUPYTER_TOKEN"] = token
+    return env
+
+
 def run_lab(data: DemoData, *, port: int | None = None, open_browser: bool = True) -> NoReturn:
     """Replace this process by JupyterLab serving the demo (so signals reach Lab directly)."""
     port = port or _free_port()
     token = secrets.token_urlsafe(24)
     url = f"http://127.0.0.1:{port}/lab/tree/{TOUR_NOTEBOOK}?token={token}"
-    cmd = lab_command(data.root, port=port, token=token, open_browser=open_browser)
+    cmd = lab_command(data.root, port=port, open_browser=open_browser)
     print(f"vinlens demo: store {data.store_dir}")
     print(f"vinlens demo: raw shards {data.raw_dir}")
     print(f"vinlens demo: notebooks in {data.root}")
     print(f"vinlens demo: starting JupyterLab; open\n\n    {url}\n", flush=True)
     sys.stderr.flush()
-    os.execv(cmd[0], cmd)
+    os.execve(cmd[0], cmd, lab_environment(token))
 
 
 def check_notebook(path: Path, *, timeout: int = 600) -> int:

@@ -7,13 +7,23 @@ executes every one of them. ``vinlens demo`` writes them next to the demo data.
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
+from nbformat.sign import NotebookNotary
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-__all__ = ["NOTEBOOKS", "TOUR_NOTEBOOK", "build_notebook", "write_notebooks"]
+__all__ = [
+    "NOTEBOOKS",
+    "TOUR_NOTEBOOK",
+    "build_notebook",
+    "notebook_metadata",
+    "trust_notebook",
+    "write_notebooks",
+]
 
 TOUR_NOTEBOOK = "tour.ipynb"
 
@@ -199,13 +209,33 @@ NOTEBOOKS: dict[str, list[_Cell]] = {
 }
 
 
+def notebook_metadata() -> dict[str, Any]:
+    """The metadata a running ipykernel reports, so JupyterLab has nothing to update on open.
+
+    Lab copies the kernel's ``kernelspec`` and ``language_info`` into the notebook once the
+    kernel is up; any difference would mark a freshly opened notebook as modified.
+    """
+    return {
+        "kernelspec": {
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+            "name": "python3",
+        },
+        "language_info": {
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "file_extension": ".py",
+            "mimetype": "text/x-python",
+            "name": "python",
+            "nbconvert_exporter": "python",
+            "pygments_lexer": "ipython3",
+            "version": platform.python_version(),
+        },
+    }
+
+
 def build_notebook(cells: list[_Cell]) -> nbformat.NotebookNode:
-    nb = new_notebook(  # type: ignore[no-untyped-call]
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-            "language_info": {"name": "python"},
-        }
-    )
+    """A notebook (current nbformat, no outputs, stable cell ids) from ``(kind, source)`` cells."""
+    nb = new_notebook(metadata=notebook_metadata())  # type: ignore[no-untyped-call]
     nb.cells = [
         new_markdown_cell(src) if kind == "md" else new_code_cell(src)  # type: ignore[no-untyped-call]
         for kind, src in cells
@@ -215,17 +245,45 @@ def build_notebook(cells: list[_Cell]) -> nbformat.NotebookNode:
     return nb  # type: ignore[no-any-return]
 
 
-def write_notebooks(directory: str | Path, *, overwrite: bool = True) -> list[Path]:
-    """Write every notebook into ``directory``; with ``overwrite=False`` keep existing files."""
+def _same_cells(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> bool:
+    return [(c.cell_type, c.source) for c in a.cells] == [(c.cell_type, c.source) for c in b.cells]
+
+
+def trust_notebook(path: str | Path) -> None:
+    """Record ``path``'s signature in the user's notary database, as ``jupyter trust`` does.
+
+    Without it the server logs "Notebook ... is not trusted" when the notebook opens.
+    """
+    nb = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
+    notary = NotebookNotary()  # type: ignore[no-untyped-call]
+    try:
+        notary.sign(nb)  # type: ignore[no-untyped-call]
+    finally:
+        notary.store.close()
+
+
+def write_notebooks(
+    directory: str | Path, *, overwrite: bool = True, trust: bool = False
+) -> list[Path]:
+    """Write every notebook into ``directory``; with ``overwrite=False`` keep existing files.
+
+    With ``trust=True`` each notebook whose cells are still the ones written here (new or
+    unedited) is signed in the user's notary database, so it opens trusted; a notebook
+    the user edited is left to the user.
+    """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, cells in NOTEBOOKS.items():
         path = out / name
-        if path.exists() and not overwrite:
-            continue
-        nbformat.write(build_notebook(cells), str(path))  # type: ignore[no-untyped-call]
-        written.append(path)
+        expected = build_notebook(cells)
+        if overwrite or not path.exists():
+            nbformat.write(expected, str(path))  # type: ignore[no-untyped-call]
+            written.append(path)
+        if trust:
+            current = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
+            if _same_cells(current, expected):
+                trust_notebook(path)
     return written
 
 

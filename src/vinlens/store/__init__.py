@@ -1,11 +1,14 @@
 """VIN offline store v1: format, read-only access, reader, writer, torch dataset, synthetic data.
 
-The normative format is ``docs/store-format.md``. Public API (stable; any change is
-announced here in a CHANGES line):
+The normative format is ``docs/store-format.md``. Public API (stable; every change is
+recorded in ``CHANGELOG.md``):
 
 Format (:mod:`vinlens.store.format`)
-    ``VinOfflineStoreConfig(store_dir: Path, raw_dataset_dir: Path | None = None)``
-        frozen Pydantic model; the ``store`` argument of every reader/diagnostics function.
+    ``VinOfflineStoreConfig(store_dir: Path | str, raw_dataset_dir: Path | str | None = None,
+    storage_options: dict | None = None)`` frozen Pydantic model; the ``store`` argument of
+        every reader/diagnostics function. Local paths stay ``~``-expanded ``Path`` objects;
+        fsspec URLs (``s3://``, ``gs://``, ``memory://``) stay strings; ``file://`` is local;
+        ``storage_options`` go to fsspec. ``is_url(location)``, ``normalize_location(location)``.
     ``VinOfflineManifest`` (``format, version, created_at, num_samples, num_candidates,
     capabilities: Capabilities(scene_labels), materialized_blocks: MaterializedBlocks(backbone,
     rri_components, candidate_ids, candidate_poses), shards: tuple[StoreShardSpec, ...]``;
@@ -24,20 +27,30 @@ Format (:mod:`vinlens.store.format`)
     ``StoreNotFoundError`` (also FileNotFoundError), ``ManifestError``,
     ``UnsupportedFormatError`` (a ManifestError), ``SampleIndexError``, ``MissingShardError``,
     ``MissingBlockError``, ``BlockMismatchError``, ``MissingChunksError``, ``CorruptChunkError``,
-    ``CorruptRecordError``, ``StoreExistsError`` (also FileExistsError), ``StoreReplacedError``.
+    ``CorruptRecordError``, ``StoreExistsError`` (also FileExistsError), ``StoreReplacedError``,
+    ``SpecialFileError`` (also OSError: a FIFO/device/socket where a file belongs),
+    ``InvalidSampleError`` (writer ``add()``: type, name or value range), ``StoreVerificationError``
+    (a built store failed the writer's read-back check and was not published);
+    ``block_name_problem(name) -> str | None``.
 
 Access (:mod:`vinlens.store.access`) -- every file read of reader and diagnostics goes here
-    ``open_store_access(location) -> StoreAccess``; ``StoreAccess``: ``root``, ``describe(rel)``,
-    ``stat(rel="") -> FileStat(path, size, is_dir, mtime_ns, ctime_ns, device, inode)``,
+    ``open_store_access(location, storage_options=None) -> StoreAccess`` (``LocalStoreAccess``
+    for paths and ``file://``, ``FsspecStoreAccess`` for other URLs; ``StoreAccessError``
+    (OSError) names the URL on network/credential failures); ``StoreAccess``: ``root``,
+    ``is_remote``, ``describe(rel)``,
+    ``stat(rel="") -> FileStat(path, size, is_dir, mtime_ns, ctime_ns, device, inode, etag="",
+    version="")``,
     ``exists(rel)``, ``list_dir(rel)``, ``walk_files(rel="", *, suffix=None)`` (sorted, recursive),
+    ``walk_file_stats(rel="", *, suffix=None) -> Iterator[(rel, FileStat)]``,
     ``read_bytes(rel)``, ``read_bytes_with_stat(rel) -> (bytes, FileStat of that handle)``,
+    ``read_bytes_limited(rel, limit)``,
     ``read_range(rel, start, length)``, ``open_binary(rel) -> IO[bytes]`` (seekable, read-only),
     ``zarr_store(rel)`` (read-only zarr store), ``close()``. Use it for raw tar dirs too.
 
 Reader (:mod:`vinlens.store.reader`)
     ``VinOfflineStoreReader(store, *, access=None)`` / ``open_vin_offline_store(store, *, validate=False)``:
     attributes ``config, access, manifest, samples: tuple[SampleIndexRow, ...], generation:
-    StoreGeneration, store_dir (absolute Path), num_samples``; methods ``shard(id)``,
+    StoreGeneration, store_dir (absolute Path, or the URL string of a remote store), num_samples``; methods ``shard(id)``,
     ``block_spec(shard_id, name)``, ``rows_by_split()``, ``zarr_array(shard_id, name)``,
     ``chunk_status(shard_id, name) -> ChunkStatus``, ``missing_chunks()``,
     ``read_rows(shard_id, name, start, stop)``, ``read_row(shard_id, name, row)``,
@@ -80,35 +93,41 @@ Synthetic data (:mod:`vinlens.store.synthetic`)
     ``write_synthetic_dataset(root, store_spec=None, raw_spec=None) -> SyntheticDatasetRecord``
     (``.config`` has store_dir and raw_dataset_dir); ``make_synthetic_samples(spec)``.
 
-CLI (:mod:`vinlens.store.cli`)
-    ``vinlens store make-demo PATH ...`` and ``vinlens store info PATH``; other modules add
-    commands by appearing in ``STORE_COMMAND_MODULES`` and exposing
-    ``register_store_commands(store_subparsers)``; ``format_table(headers, rows)``.
+Command line (:mod:`vinlens.cli.store`, not imported by this package)
+    ``vinlens store make-demo|info|stats|coverage``.
 
-CHANGES (after the first commit of this API)
-    - ``StoreAccess.read_range_into(rel, start, buffer)`` added; ``decode_records`` added.
-    - Reader scan batches default to 1 MiB (was 8 MiB); same signatures.
+Changes to this API are recorded in ``CHANGELOG.md``.
 """
 
 from __future__ import annotations
 
-from vinlens.store.access import FileStat, StoreAccess, open_store_access
+from vinlens.store.access import (
+    FileStat,
+    FsspecStoreAccess,
+    LocalStoreAccess,
+    StoreAccess,
+    StoreAccessError,
+    open_store_access,
+)
 from vinlens.store.format import (
     BlockKind,
     BlockMismatchError,
     CorruptChunkError,
     CorruptRecordError,
+    InvalidSampleError,
     ManifestError,
     MissingBlockError,
     MissingChunksError,
     MissingShardError,
     SampleIndexError,
     SampleIndexRow,
+    SpecialFileError,
     StoreBlockSpec,
     StoreExistsError,
     StoreNotFoundError,
     StoreReplacedError,
     StoreShardSpec,
+    StoreVerificationError,
     UnsupportedFormatError,
     VinOfflineManifest,
     VinOfflineStoreConfig,
@@ -131,13 +150,18 @@ __all__ = [
     "CorruptChunkError",
     "CorruptRecordError",
     "FileStat",
+    "FsspecStoreAccess",
+    "InvalidSampleError",
+    "LocalStoreAccess",
     "ManifestError",
     "MissingBlockError",
     "MissingChunksError",
     "MissingShardError",
     "SampleIndexError",
     "SampleIndexRow",
+    "SpecialFileError",
     "StoreAccess",
+    "StoreAccessError",
     "StoreBlockSpec",
     "StoreExistsError",
     "StoreGeneration",
@@ -145,6 +169,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReplacedError",
     "StoreShardSpec",
+    "StoreVerificationError",
     "UnsupportedFormatError",
     "VinOfflineManifest",
     "VinOfflineSample",

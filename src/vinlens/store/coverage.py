@@ -21,22 +21,32 @@ the raw data has no snippet of the scene (the ratio is undefined, not zero).
 from __future__ import annotations
 
 import heapq
+import io
 import os
-from collections.abc import Callable, Sequence
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
-from vinlens.store.access import StoreAccess, open_store_access
+from vinlens.store.access import FileStat, StoreAccess, open_store_access
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
 
 __all__ = [
     "MAX_COVERAGE_EXAMPLES",
+    "SMALL_TAR_BYTES",
+    "TAR_CACHE_ENTRIES",
     "VinOfflineCoverageSceneDiagnostic",
     "VinOfflineCoverageStats",
+    "clear_coverage_cache",
     "collect_vin_offline_dataset_coverage",
+    "display_name",
     "find_raw_tar_shards",
+    "is_webdataset_meta",
     "parse_webdataset_key",
     "snippet_pairs_from_member_names",
     "webdataset_key",
@@ -73,7 +83,15 @@ class VinOfflineCoverageStats:
     ``tar_shards_found`` (tars under the raw directory before the ``max_tars`` cap),
     ``members_scanned`` (regular-file members read from the scanned headers),
     ``unparseable_members`` and ``unparseable_examples`` (``"<tar>: <member>"``, bounded),
-    and ``raw_dataset_dir``.
+    ``raw_dataset_dir`` (a path, or the URL for object storage),
+    ``meta_members_skipped`` (WebDataset metadata members such as ``__meta__/info.json``,
+    skipped as WebDataset skips them), ``non_utf8_members`` and ``non_utf8_examples``
+    (``"<tar>: <member>"``, bounded) for member names that are not valid UTF-8.
+
+    Every string in the record is valid UTF-8 text: tar member names are bytes, and bytes
+    that do not decode (a Latin-1 ``\xe9``) are shown as the escape ``\xe9`` (see
+    :func:`display_name`) in ``per_scene[].scene_id``, the example lists and
+    ``non_utf8_examples``; matching against the store uses the undamaged names.
     """
 
     store_dir: str
@@ -94,13 +112,40 @@ class VinOfflineCoverageStats:
     unparseable_members: int = 0
     unparseable_examples: list[str] = field(default_factory=list)
     raw_dataset_dir: str = ""
+    meta_members_skipped: int = 0
+    non_utf8_members: int = 0
+    non_utf8_examples: list[str] = field(default_factory=list)
+
+
+# WebDataset's ``base_plus_ext``: the key is everything before the first "." that is followed
+# only by non-"/" characters, after at least one non-"." character.
+_WDS_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+# WebDataset's ``skip_meta`` default: members such as ``__meta__/info.json`` or
+# ``__index__`` are metadata, never samples.
+_WDS_META = re.compile(r"__[^/]*__($|/)")
 
 
 def webdataset_key(member_name: str) -> str | None:
-    """The WebDataset key of a member name (path up to the basename's first ``.``), or ``None``."""
+    """The WebDataset key of a member name, or ``None`` where WebDataset finds none.
+
+    Usually the path up to the basename's first ``.`` (``a/b.rgb.jpg`` -> ``a/b``). A basename
+    that *starts* with ``.`` does not make the name keyless: WebDataset's rule then takes
+    the directory part with its slash as the key (``scene/.hidden`` -> ``"scene/"``), which
+    has no snippet component and so counts as unparseable here.
+    """
     slash = member_name.rfind("/") + 1
     dot = member_name.find(".", slash)
-    return member_name[:dot] if dot > slash else None
+    if dot > slash:
+        return member_name[:dot]
+    if dot < 0:
+        return None
+    match = _WDS_BASE_PLUS_EXT.match(member_name)
+    return None if match is None else match.group(1)
+
+
+def is_webdataset_meta(member_name: str) -> bool:
+    """True for metadata members WebDataset skips (``__[^/]*__($|/)`` at the name's start)."""
+    return member_name.startswith("__") and _WDS_META.match(member_name) is not None
 
 
 def parse_webdataset_key(member_name: str) -> SnippetPair | None:
@@ -122,18 +167,31 @@ def snippet_pairs_from_member_names(
     """Snippet pairs of member names, and the names that do not parse (in order).
 
     Keys are deduplicated before they are split, since a WebDataset sample spreads over
-    several consecutive members (``.rgb.jpg``, ``.depth.png``, ...) with one key.
+    several consecutive members (``.rgb.jpg``, ``.depth.png``, ...) with one key. Metadata
+    members (:func:`is_webdataset_meta`) are neither pairs nor unparseable: WebDataset
+    skips them.
     """
     keys: set[str] = set()
     add = keys.add
-    keyless = False
+    irregular = False
     for name in names:  # webdataset_key, inlined: this loop runs once per raw member
         slash = name.rfind("/") + 1
         dot = name.find(".", slash)
-        if dot > slash:
+        if dot > slash and name[0] != "_":
             add(name[:dot])
         else:
-            keyless = True
+            irregular = True
+    if irregular:
+        for name in names:
+            slash = name.rfind("/") + 1
+            dot = name.find(".", slash)
+            if dot > slash and name[0] != "_":
+                continue
+            if is_webdataset_meta(name):
+                continue
+            key = webdataset_key(name)
+            if key is not None:
+                add(key)
     pairs: set[SnippetPair] = set()
     bad_keys: set[str] = set()
     for key in keys:
@@ -142,23 +200,53 @@ def snippet_pairs_from_member_names(
             bad_keys.add(key)
         else:
             pairs.add(pair)
-    if not keyless and not bad_keys:
+    if not irregular and not bad_keys:
         return pairs, []
     bad = []
     for name in names:
+        if is_webdataset_meta(name):
+            continue
         member_key = webdataset_key(name)
         if member_key is None or member_key in bad_keys:
             bad.append(name)
     return pairs, bad
 
 
-def find_raw_tar_shards(raw_dataset_dir: str | os.PathLike[str]) -> list[str]:
-    """Relative paths of every ``*.tar`` below ``raw_dataset_dir``, sorted."""
-    return _tar_shards(open_store_access(raw_dataset_dir))
+def display_name(name: str) -> str:
+    """A name as records carry it: valid UTF-8 text, readable, for any tar member name.
+
+    Tar member names are bytes; the scanner decodes them as UTF-8 with ``surrogateescape``
+    so nothing is lost. Undecodable bytes (a Latin-1 ``\xe9``) become the four characters
+    ``\xe9`` here, so widgets, CSV export and terminals can show them.
+    """
+    if name.isascii():
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _tar_shards(access: StoreAccess) -> list[str]:
-    """:func:`find_raw_tar_shards` on an access object the caller already holds."""
+def _is_utf8(name: str) -> bool:
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def find_raw_tar_shards(
+    raw_dataset_dir: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Relative paths of every ``*.tar`` below ``raw_dataset_dir`` (a path or URL), sorted."""
+    access = open_store_access(raw_dataset_dir, storage_options)
+    try:
+        return [rel for rel, _ in _tar_shards(access)]
+    finally:
+        access.close()
+
+
+def _tar_shards(access: StoreAccess) -> list[tuple[str, FileStat]]:
+    """:func:`find_raw_tar_shards` with each tar's stat, on an access object the caller holds."""
     try:
         root = access.stat("")
     except FileNotFoundError:
@@ -171,7 +259,146 @@ def _tar_shards(access: StoreAccess) -> list[str]:
             f"{access.root}: raw dataset path is not a directory "
             "(expected a directory holding WebDataset *.tar shards)"
         )
-    return sorted(access.walk_files("", suffix=".tar"))
+    return sorted(access.walk_file_stats("", suffix=".tar"))
+
+
+# --------------------------------------------------------------------------------------
+# Per-tar partials: computed by any worker, cached, folded in sorted tar order
+# --------------------------------------------------------------------------------------
+
+#: Remote tars up to this size are fetched whole in one request; larger ones are walked
+#: header to header with ranged reads (member data is never transferred).
+SMALL_TAR_BYTES = 8 << 20
+#: Tar partials kept in this process's cache (each holds one tar's snippet pairs).
+TAR_CACHE_ENTRIES = 4096
+
+
+@dataclass(frozen=True)
+class _TarTask:
+    """What a worker needs to scan one tar: a location, options and ids, never a handle."""
+
+    location: str
+    storage_options: dict[str, Any] | None
+    rel: str
+    stat: FileStat
+
+
+@dataclass(frozen=True)
+class _TarPartial:
+    """One tar's contribution to a coverage record (bounded examples, exact counts)."""
+
+    pairs: frozenset[SnippetPair]
+    members: int
+    meta_members: int
+    unparseable: int
+    unparseable_examples: tuple[str, ...]
+    non_utf8: int
+    non_utf8_examples: tuple[str, ...]
+
+
+_cache: OrderedDict[tuple[Any, ...], _TarPartial] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cache_key(task: _TarTask) -> tuple[Any, ...]:
+    st = task.stat
+    # Object stores: URL, size, ETag (and version id); local files: path, size and inode times.
+    return (st.path, st.size, st.etag, st.version, st.mtime_ns, st.ctime_ns, st.device, st.inode)
+
+
+def clear_coverage_cache() -> None:
+    """Forget every cached per-tar partial of this process."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _member_names(access: StoreAccess, rel: str, size: int) -> list[str]:
+    name = access.describe(rel)
+    if access.is_remote and size <= SMALL_TAR_BYTES:
+        data = access.read_bytes(rel)
+        return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+    with access.open_binary(rel) as handle:
+        return list_tar_member_names(handle, name=name, regular_only=True)
+
+
+def _scan_tar(task: _TarTask) -> _TarPartial:
+    """The partial of one tar (runs in a worker: opens its own access from the task)."""
+    access = open_store_access(task.location, task.storage_options)
+    try:
+        names = _member_names(access, task.rel, task.stat.size)
+    finally:
+        access.close()
+    meta = sum(1 for name in names if name.startswith("__") and is_webdataset_meta(name))
+    pairs, bad = snippet_pairs_from_member_names(names)
+    odd = [name for name in names if not _is_utf8(name)]
+    return _TarPartial(
+        pairs=frozenset(pairs),
+        members=len(names) - meta,
+        meta_members=meta,
+        unparseable=len(bad),
+        unparseable_examples=tuple(
+            f"{display_name(task.rel)}: {display_name(n)}" for n in bad[:MAX_COVERAGE_EXAMPLES]
+        ),
+        non_utf8=len(odd),
+        non_utf8_examples=tuple(
+            f"{display_name(task.rel)}: {display_name(n)}" for n in odd[:MAX_COVERAGE_EXAMPLES]
+        ),
+    )
+
+
+def _cached(task: _TarTask) -> _TarPartial | None:
+    with _cache_lock:
+        partial = _cache.get(_cache_key(task))
+        if partial is not None:
+            _cache.move_to_end(_cache_key(task))
+        return partial
+
+
+def _remember(task: _TarTask, partial: _TarPartial) -> None:
+    with _cache_lock:
+        _cache[_cache_key(task)] = partial
+        while len(_cache) > TAR_CACHE_ENTRIES:
+            _cache.popitem(last=False)
+
+
+def _tar_partials(
+    tasks: Sequence[_TarTask],
+    executor: Executor | None,
+    progress_cb: Callable[[int, int], None] | None,
+) -> list[_TarPartial]:
+    """Partials of ``tasks`` in task order, from the cache, in process or on ``executor``."""
+    total = len(tasks)
+    results: list[_TarPartial | None] = [_cached(task) for task in tasks]
+    done = sum(1 for r in results if r is not None)
+    if progress_cb is not None:
+        progress_cb(0, total)
+        if done:
+            progress_cb(done, total)
+    todo = [i for i, r in enumerate(results) if r is None]
+    if executor is None:
+        for i in todo:
+            results[i] = _scan_tar(tasks[i])
+            _remember(tasks[i], results[i])  # type: ignore[arg-type]
+            done += 1
+            if progress_cb is not None:
+                progress_cb(done, total)
+    else:
+        futures: dict[Future[_TarPartial], int] = {
+            executor.submit(_scan_tar, tasks[i]): i for i in todo
+        }
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                partial = future.result()
+                results[i] = partial
+                _remember(tasks[i], partial)
+                done += 1
+                if progress_cb is not None:
+                    progress_cb(done, total)
+        finally:
+            for future in futures:
+                future.cancel()
+    return [r for r in results if r is not None]
 
 
 def collect_vin_offline_dataset_coverage(
@@ -179,14 +406,24 @@ def collect_vin_offline_dataset_coverage(
     *,
     max_tars: int | None = None,
     progress_cb: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> VinOfflineCoverageStats:
     """Compare raw ASE tar-header coverage against an immutable VIN store.
 
-    ``store.raw_dataset_dir`` names the raw dataset. ``max_tars`` caps the shards scanned
-    (the first ones in sorted path order). ``progress_cb(done, total)`` is called with
-    ``done=0`` before the first tar and after each tar. A tar that cannot be scanned
-    (truncated, corrupt, hostile headers) raises an error naming it; a store replaced
-    while coverage was computed raises :class:`~vinlens.store.format.StoreReplacedError`.
+    ``store.raw_dataset_dir`` names the raw dataset (a directory or an fsspec URL; URLs use
+    ``store.storage_options``). ``max_tars`` caps the shards scanned (the first ones in
+    sorted path order). ``progress_cb(done, total)`` is called with ``done=0`` before the
+    first tar and after each tar finishes (in completion order with an executor).
+    ``executor`` is any :class:`concurrent.futures.Executor` (a process pool, or
+    ``distributed.Client(...).get_executor()``): each task carries the raw dataset's
+    location, storage options and one tar's relative path, never an open handle, and the
+    record is equal (``==``) with or without it. Each tar's partial is cached in this process
+    by (URL or path, size, ETag/version or inode times), so a rescan of unchanged tars reads
+    nothing but the listing.
+
+    A tar that cannot be scanned (truncated, corrupt, hostile headers, not a regular file)
+    raises an error naming it; a store replaced while coverage was computed raises
+    :class:`~vinlens.store.format.StoreReplacedError`.
     """
     config = as_store_config(store)
     if config.raw_dataset_dir is None:
@@ -201,47 +438,45 @@ def collect_vin_offline_dataset_coverage(
         store_pairs = {(row.scene_id, row.snippet_id) for row in reader.samples}
         store_dir = str(reader.store_dir)
 
-        raw_access = open_store_access(config.raw_dataset_dir)
+        raw_access = open_store_access(config.raw_dataset_dir, config.storage_options)
         try:
             tars = _tar_shards(raw_access)
-            found = len(tars)
-            if max_tars is not None:
-                tars = tars[:max_tars]
-            total = len(tars)
-            if progress_cb is not None:
-                progress_cb(0, total)
-            dataset_pairs: set[SnippetPair] = set()
-            unparseable = 0
-            unparseable_examples: list[str] = []
-            members = 0
-            for done, rel in enumerate(tars, start=1):
-                with raw_access.open_binary(rel) as handle:
-                    names = list_tar_member_names(
-                        handle, name=raw_access.describe(rel), regular_only=True
-                    )
-                members += len(names)
-                pairs, bad = snippet_pairs_from_member_names(names)
-                dataset_pairs |= pairs
-                unparseable += len(bad)
-                for name in bad[: MAX_COVERAGE_EXAMPLES - len(unparseable_examples)]:
-                    unparseable_examples.append(f"{rel}: {name}")
-                if progress_cb is not None:
-                    progress_cb(done, total)
+            raw_root = raw_access.root
         finally:
             raw_access.close()
+        found = len(tars)
+        if max_tars is not None:
+            tars = tars[:max_tars]
+        tasks = [
+            _TarTask(raw_root, config.storage_options if raw_access.is_remote else None, rel, st)
+            for rel, st in tars
+        ]
+        partials = _tar_partials(tasks, executor, progress_cb)
         # The sample index was read at open; make sure it still is the store at the path.
         reader.check_generation()
 
+    dataset_pairs: set[SnippetPair] = set()
+    unparseable_examples: list[str] = []
+    non_utf8_examples: list[str] = []
+    for partial in partials:
+        dataset_pairs |= partial.pairs
+        room = MAX_COVERAGE_EXAMPLES - len(unparseable_examples)
+        unparseable_examples.extend(partial.unparseable_examples[:room])
+        room = MAX_COVERAGE_EXAMPLES - len(non_utf8_examples)
+        non_utf8_examples.extend(partial.non_utf8_examples[:room])
     return _coverage_record(
         store_dir=store_dir,
-        raw_dataset_dir=str(Path(raw_access.root)),
-        tar_shards_scanned=total,
+        raw_dataset_dir=raw_root,
+        tar_shards_scanned=len(tasks),
         tar_shards_found=found,
-        members_scanned=members,
+        members_scanned=sum(p.members for p in partials),
         dataset_pairs=dataset_pairs,
         store_pairs=store_pairs,
-        unparseable=unparseable,
+        unparseable=sum(p.unparseable for p in partials),
         unparseable_examples=unparseable_examples,
+        meta_members_skipped=sum(p.meta_members for p in partials),
+        non_utf8_members=sum(p.non_utf8 for p in partials),
+        non_utf8_examples=non_utf8_examples,
     )
 
 
@@ -260,6 +495,9 @@ def _coverage_record(
     store_pairs: set[SnippetPair],
     unparseable: int,
     unparseable_examples: list[str],
+    meta_members_skipped: int,
+    non_utf8_members: int,
+    non_utf8_examples: list[str],
 ) -> VinOfflineCoverageStats:
     covered = dataset_pairs & store_pairs
     missing = dataset_pairs - store_pairs
@@ -275,7 +513,7 @@ def _coverage_record(
     covered_by, missing_by, outside_by = by_scene(covered), by_scene(missing), by_scene(outside)
     per_scene = [
         VinOfflineCoverageSceneDiagnostic(
-            scene_id=scene,
+            scene_id=display_name(scene),
             dataset_snippets=dataset_by.get(scene, 0),
             store_snippets=store_by.get(scene, 0),
             covered_snippets=covered_by.get(scene, 0),
@@ -297,11 +535,18 @@ def _coverage_record(
         outside_dataset=len(outside),
         coverage=_ratio(len(covered), len(dataset_pairs)),
         per_scene=per_scene,
-        missing_examples=heapq.nsmallest(MAX_COVERAGE_EXAMPLES, missing),
-        outside_examples=heapq.nsmallest(MAX_COVERAGE_EXAMPLES, outside),
+        missing_examples=_display_pairs(heapq.nsmallest(MAX_COVERAGE_EXAMPLES, missing)),
+        outside_examples=_display_pairs(heapq.nsmallest(MAX_COVERAGE_EXAMPLES, outside)),
         tar_shards_found=tar_shards_found,
         members_scanned=members_scanned,
         unparseable_members=unparseable,
         unparseable_examples=unparseable_examples,
         raw_dataset_dir=raw_dataset_dir,
+        meta_members_skipped=meta_members_skipped,
+        non_utf8_members=non_utf8_members,
+        non_utf8_examples=non_utf8_examples,
     )
+
+
+def _display_pairs(pairs: list[SnippetPair]) -> list[SnippetPair]:
+    return [(display_name(scene), display_name(snippet)) for scene, snippet in pairs]

@@ -13,6 +13,7 @@ the offending byte without our source code.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -45,6 +46,7 @@ __all__ = [
     "Capabilities",
     "CorruptChunkError",
     "CorruptRecordError",
+    "InvalidSampleError",
     "ManifestError",
     "MaterializedBlocks",
     "MissingBlockError",
@@ -52,19 +54,24 @@ __all__ = [
     "MissingShardError",
     "SampleIndexError",
     "SampleIndexRow",
+    "SpecialFileError",
     "StoreBlockSpec",
     "StoreExistsError",
     "StoreNotFoundError",
     "StoreReplacedError",
     "StoreShardSpec",
+    "StoreVerificationError",
     "UnsupportedFormatError",
     "VinOfflineManifest",
     "VinOfflineStoreConfig",
     "VinOfflineStoreError",
     "arrays_dir",
     "block_kind_for",
+    "block_name_problem",
     "expected_block_dtype",
     "format_validation_error",
+    "is_url",
+    "normalize_location",
     "parse_manifest",
     "parse_sample_index",
     "parse_sample_index_line",
@@ -100,9 +107,11 @@ NUMERIC_DTYPES: Final[frozenset[str]] = frozenset(
 )
 
 # Shard ids become directory names; keep them to one safe path component.
-_SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
 # Block names become zarr node names and file stems.
-_BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
+# fsspec URL: a scheme of two or more characters (one letter is a Windows drive) and "://".
+_URL_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 
 # --------------------------------------------------------------------------------------
@@ -186,6 +195,22 @@ class StoreExistsError(VinOfflineStoreError, FileExistsError):
     """The writer's target path exists and ``replace=True`` was not given (or is not a store)."""
 
 
+class SpecialFileError(VinOfflineStoreError, OSError):
+    """A file the store or raw dataset needs is a FIFO, device, socket or other non-regular file.
+
+    Reading such a file could block forever (a FIFO) or never end (``/dev/zero``), so it is
+    refused from its ``stat`` before any byte is read.
+    """
+
+
+class InvalidSampleError(VinOfflineStoreError):
+    """A sample given to the writer breaks the format (type, name or value range); nothing is written."""
+
+
+class StoreVerificationError(VinOfflineStoreError):
+    """A store the writer just built failed its read-back check; it was not published."""
+
+
 class StoreReplacedError(VinOfflineStoreError):
     """The directory at the store path was replaced (another generation) while it was being read."""
 
@@ -198,19 +223,50 @@ class StoreReplacedError(VinOfflineStoreError):
 class VinOfflineStoreConfig(BaseModel):
     """Where a store lives: the ``store`` argument of every reader and diagnostics function.
 
-    ``raw_dataset_dir`` is the directory holding the raw ASE WebDataset ``*.tar`` shards
-    the store was built from; only coverage diagnostics need it.
+    ``store_dir`` is a local directory (``~`` expanded, kept as a :class:`~pathlib.Path`) or an
+    fsspec URL such as ``s3://bucket/prefix``, ``gs://...`` or ``memory://...`` (kept as the
+    URL string, without a trailing ``/``); a ``file://`` URL is the local path it names.
+    ``raw_dataset_dir`` is the directory (or URL) holding the raw ASE WebDataset ``*.tar``
+    shards the store was built from; only coverage diagnostics need it.
+    ``storage_options`` go to the fsspec filesystem of URL locations, as pandas, xarray and
+    Dask pass them (for S3: ``key``, ``secret``, ``anon``, ``client_kwargs={"endpoint_url":
+    ...}``, ...); local paths ignore them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    store_dir: Path
-    raw_dataset_dir: Path | None = None
+    store_dir: Path | str
+    raw_dataset_dir: Path | str | None = None
+    storage_options: dict[str, Any] | None = None
 
-    @field_validator("store_dir", "raw_dataset_dir")
+    @field_validator("store_dir", "raw_dataset_dir", mode="before")
     @classmethod
-    def _expand(cls, value: Path | None) -> Path | None:
-        return None if value is None else Path(value).expanduser()
+    def _location(cls, value: Any) -> Any:
+        return None if value is None else normalize_location(value)
+
+
+def is_url(location: str | os.PathLike[str]) -> bool:
+    """True when ``location`` is an fsspec URL (``scheme://...``) rather than a local path."""
+    return isinstance(location, str) and _URL_PATTERN.match(location) is not None
+
+
+def normalize_location(location: str | os.PathLike[str]) -> Path | str:
+    """A store or raw-dataset location as configs keep it.
+
+    Local paths (and ``file://`` URLs) become ``~``-expanded :class:`~pathlib.Path` objects,
+    exactly as before URLs were accepted; other URLs stay strings, because ``Path`` would
+    fold ``s3://b/x`` into ``s3:/b/x``.
+    """
+    if not isinstance(location, (str, os.PathLike)):
+        raise TypeError(
+            f"store location must be a path or a URL string, got {type(location).__name__}"
+        )
+    if isinstance(location, str) and is_url(location):
+        scheme, _, rest = location.partition("://")
+        if scheme.lower() == "file":
+            return Path(rest or "/").expanduser()
+        return f"{scheme.lower()}://{rest.rstrip('/')}" if rest.strip("/") else location
+    return Path(location).expanduser()
 
 
 class BlockKind(StrEnum):
@@ -244,11 +300,9 @@ class StoreBlockSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _BLOCK_NAME_PATTERN.match(value) or value.startswith("__"):
-            raise ValueError(
-                f"block name {value!r} is not a safe file name "
-                "(letters, digits, '_', '-', '.', not starting with '.', '-' or '__')"
-            )
+        problem = block_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("shape")
@@ -447,6 +501,22 @@ _FIXED_BLOCKS: Final[dict[str, tuple[BlockKind, str | None]]] = {
     "candidate_poses": (BlockKind.ZARR_ARRAY, "float32"),
 }
 BACKBONE_DTYPES: Final[frozenset[str]] = frozenset({"float16", "float32"})
+
+
+def block_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a block name (``None`` when it can): the spec's file-name rule.
+
+    Block names become zarr node names and file stems, so they are one ASCII path component:
+    letters, digits, ``_``, ``-`` and ``.``, not starting with ``.``, ``-`` or ``__``.
+    """
+    if not isinstance(name, str):
+        return f"block name {name!r} is a {type(name).__name__}, expected a string"
+    if not _BLOCK_NAME_PATTERN.match(name) or name.startswith("__"):
+        return (
+            f"block name {name!r} is not a safe file name "
+            "(ASCII letters, digits, '_', '-', '.', not starting with '.', '-' or '__')"
+        )
+    return None
 
 
 def block_kind_for(name: str) -> BlockKind | None:

@@ -25,7 +25,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ from vinlens.store.sample import VinOfflineSample
 
 __all__ = [
     "ChunkStatus",
+    "RowWindow",
     "StoreGeneration",
     "StoreIntegrityProblem",
     "VinOfflineStoreReader",
@@ -91,7 +92,7 @@ def as_store_config(store: VinOfflineStoreConfig | str | os.PathLike[str]) -> Vi
     """Accept a config or a bare path wherever a store is expected."""
     if isinstance(store, VinOfflineStoreConfig):
         return store
-    return VinOfflineStoreConfig(store_dir=Path(os.fspath(store)))
+    return VinOfflineStoreConfig(store_dir=os.fspath(store))
 
 
 # --------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ class StoreGeneration:
         """JSON-safe, canonical form (for request digests); paths are included."""
 
         def one(st: FileStat) -> dict[str, Any]:
-            return {
+            out: dict[str, Any] = {
                 "path": st.path,
                 "device": st.device,
                 "inode": st.inode,
@@ -125,6 +126,9 @@ class StoreGeneration:
                 "mtime_ns": st.mtime_ns,
                 "ctime_ns": st.ctime_ns,
             }
+            if st.etag or st.version:  # object stores; local digests stay as they were
+                out["etag"], out["version"] = st.etag, st.version
+            return out
 
         return {
             "store_dir": one(self.store_dir),
@@ -157,8 +161,12 @@ def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
         raise StoreNotFoundError(
             "manifest.json is missing: not a published store, or one being replaced",
             path=access.describe(MANIFEST_FILE),
-            expected="manifest.json (written last by the writer)",
+            expected="a store directory with manifest.json, which the writer publishes last",
         ) from exc
+
+
+def _open_config_access(config: VinOfflineStoreConfig) -> StoreAccess:
+    return open_store_access(config.store_dir, config.storage_options)
 
 
 def capture_store_generation(
@@ -166,9 +174,7 @@ def capture_store_generation(
 ) -> StoreGeneration:
     """The generation at the store path now (reads only the manifest's bytes for its hash)."""
     access = (
-        store
-        if isinstance(store, StoreAccess)
-        else open_store_access(as_store_config(store).store_dir)
+        store if isinstance(store, StoreAccess) else _open_config_access(as_store_config(store))
     )
     root = _stat_root(access)
     data, manifest_stat = _read_manifest_bytes(access)
@@ -318,11 +324,32 @@ class _ZarrBlock:
     meta: _ArrayLayout  # parsed from zarr.json, read through the access layer
     row_chunk: int
     status: ChunkStatus
-    missing_rows: frozenset[int]  # indices of row-chunks with at least one missing chunk file
+    # Row-chunk indices whose every chunk file is present: the set is bounded by the files
+    # that exist, never by the grid the metadata declares.
+    complete_rows: frozenset[int]
     # Set when chunks are raw bytes holding whole rows (our writer's layout): rows are then
     # read straight from the chunk files into the output array, bypassing zarr's pipeline.
     raw_dtype: np.dtype[Any] | None = None
     array: Any = None  # zarr.Array, opened on first need
+
+
+@dataclass(frozen=True)
+class RowWindow:
+    """Rows ``start:stop`` of one zarr block, as :meth:`VinOfflineStoreReader.read_window` read them.
+
+    ``readable[i]`` says whether row ``start + i`` was read from chunk files that passed the
+    reader's checks; ``values`` holds zeros (never data) in the other rows, and is ``None``
+    when no row is readable. ``values`` may be a read-only view of the chunk bytes.
+    ``problems`` are the chunks refused in this window (wrong size, not a regular file,
+    undecodable); missing chunk files are not repeated there, they are one
+    ``MissingChunksError`` of :meth:`VinOfflineStoreReader.integrity_problems`.
+    """
+
+    start: int
+    stop: int
+    values: np.ndarray | None
+    readable: np.ndarray
+    problems: tuple[VinOfflineStoreError, ...] = ()
 
 
 @dataclass
@@ -347,7 +374,7 @@ class VinOfflineStoreReader:
         access: StoreAccess | None = None,
     ) -> None:
         self.config = as_store_config(store)
-        self.access = access if access is not None else open_store_access(self.config.store_dir)
+        self.access = access if access is not None else _open_config_access(self.config)
         self._lock = threading.RLock()
         self._zarr: dict[tuple[str, str], _ZarrBlock] = {}
         self._records: dict[tuple[str, str], _RecordBlock] = {}
@@ -380,9 +407,9 @@ class VinOfflineStoreReader:
     # ---- basics -----------------------------------------------------------------------
 
     @property
-    def store_dir(self) -> Path:
-        """Absolute store directory."""
-        return Path(self.access.root)
+    def store_dir(self) -> Path | str:
+        """Absolute store directory (a ``Path``), or the store's URL for remote stores."""
+        return self.access.root if self.access.is_remote else Path(self.access.root)
 
     @property
     def num_samples(self) -> int:
@@ -450,9 +477,25 @@ class VinOfflineStoreReader:
         if shard_id in self._checked_shards:
             return
         rel = shard_dir(shard_id)
-        if not self.access.exists(rel):
+        try:
+            is_dir = self.access.stat(rel).is_dir
+        except (FileNotFoundError, NotADirectoryError):
+            is_dir = None
+        except OSError as exc:
+            raise MissingShardError(
+                f"shard {shard_id!r}: cannot stat its directory ({type(exc).__name__}: {exc})",
+                path=self.access.describe(rel),
+                expected="shards/<shard_id>/ with arrays/ and records/",
+            ) from exc
+        if is_dir is None:
             raise MissingShardError(
                 f"shard {shard_id!r} declared in manifest.json has no directory",
+                path=self.access.describe(rel),
+                expected="shards/<shard_id>/ with arrays/ and records/",
+            )
+        if not is_dir:
+            raise MissingShardError(
+                f"shard {shard_id!r} is a file, not a directory",
                 path=self.access.describe(rel),
                 expected="shards/<shard_id>/ with arrays/ and records/",
             )
@@ -485,7 +528,7 @@ class VinOfflineStoreReader:
         group_rel = arrays_dir(shard_id)
         rel = f"{group_rel}/{name}"
         path = self.access.describe(rel)
-        if not self.access.exists(f"{rel}/zarr.json"):
+        if not self._is_file(f"{rel}/zarr.json"):
             raise MissingBlockError(
                 f"zarr block {name!r} of shard {shard_id!r} is missing",
                 path=self.access.describe(f"{rel}/zarr.json"),
@@ -512,7 +555,7 @@ class VinOfflineStoreReader:
                 path=path,
                 expected=f"dtype {spec.dtype}",
             )
-        status, missing_rows, row_chunk = self._chunk_status(shard_id, name, rel, meta)
+        status, complete_rows, row_chunk = self._chunk_status(shard_id, name, rel, meta)
         block = _ZarrBlock(
             spec,
             rel,
@@ -520,7 +563,7 @@ class VinOfflineStoreReader:
             meta,
             row_chunk,
             status,
-            missing_rows,
+            complete_rows,
             meta.raw_dtype,
         )
         with self._lock:
@@ -546,35 +589,50 @@ class VinOfflineStoreReader:
                 ) from exc
         return block.array
 
+    def _is_file(self, rel: str) -> bool:
+        """Whether ``rel`` exists and is not a directory (a path through a file is absent)."""
+        try:
+            return not self.access.stat(rel).is_dir
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def _chunk_status(
         self, shard_id: str, name: str, rel: str, meta: _ArrayLayout
     ) -> tuple[ChunkStatus, frozenset[int], int]:
         # The chunk grid is the storage-key grid: with the sharding codec one key holds a
         # whole shard, and completeness is checked per key, the unit zarr can silently miss.
+        # The work is bounded by the chunk files that exist (one listing), never by the
+        # grid: a metadata edit can declare 2**37 chunks in a directory that holds eight.
         grid = meta.chunk_shape
         shape = tuple(meta.shape)
-        counts = [math.ceil(n / c) if c else 0 for n, c in zip(shape, grid, strict=True)]
+        counts = [-(-n // c) for n, c in zip(shape, grid, strict=True)]
         expected = math.prod(counts)
+        inner_total = expected // counts[0] if counts and counts[0] else 1
         prefix = f"{rel}/"
-        # A few chunks: stat each expected file; many: one listing of the array directory.
-        present: set[str] | None = (
-            set(self.access.walk_files(rel)) if expected > _STAT_CHUNKS_UP_TO else None
-        )
-        examples: list[str] = []
-        missing = 0
-        missing_rows: set[int] = set()
-        if expected:
+        present: set[tuple[int, ...]] = set()
+        if expected and expected <= _STAT_CHUNKS_UP_TO:
             for coords in itertools.product(*(range(n) for n in counts)):
-                chunk_key = meta.encode_key(coords)
-                chunk_rel = f"{prefix}{chunk_key}"
-                exists = (
-                    chunk_rel in present if present is not None else self.access.exists(chunk_rel)
-                )
-                if not exists:
-                    missing += 1
-                    missing_rows.add(coords[0])
-                    if len(examples) < _MAX_LISTED_CHUNKS:
-                        examples.append(chunk_key)
+                if self._is_file(f"{prefix}{meta.encode_key(coords)}"):
+                    present.add(coords)
+        elif expected:
+            for file_rel in self.access.walk_files(rel):
+                coords_or_none = meta.decode_key(file_rel[len(prefix) :], counts)
+                if coords_or_none is not None:
+                    present.add(coords_or_none)
+        per_row: dict[int, int] = {}
+        for coords in present:
+            first = coords[0] if coords else 0
+            per_row[first] = per_row.get(first, 0) + 1
+        complete_rows = frozenset(r for r, n in per_row.items() if n == inner_total)
+        missing = expected - len(present)
+        examples: list[str] = []
+        if missing:
+            # The first missing keys in grid order: at most len(present) + a few steps.
+            for coords in _grid(counts):
+                if coords not in present:
+                    examples.append(meta.encode_key(coords))
+                    if len(examples) >= _MAX_LISTED_CHUNKS:
+                        break
         status = ChunkStatus(
             shard_id=shard_id,
             block=name,
@@ -584,11 +642,21 @@ class VinOfflineStoreReader:
             missing_chunks=missing,
             missing_examples=tuple(examples),
         )
-        return status, frozenset(missing_rows), int(grid[0]) if grid else 1
+        return status, complete_rows, int(grid[0]) if grid else 1
+
+    def _rows_complete(self, block: _ZarrBlock, start: int, stop: int) -> bool:
+        if start >= stop or block.status.complete:
+            return True
+        first, last = start // block.row_chunk, (stop - 1) // block.row_chunk
+        return all(r in block.complete_rows for r in range(first, last + 1))
 
     def zarr_array(self, shard_id: str, name: str) -> Any:
         """The read-only ``zarr.Array`` of a block, verified against the manifest."""
         return self._zarr_handle(self._open_zarr(shard_id, name))
+
+    def chunk_rows(self, shard_id: str, name: str) -> int:
+        """Rows per storage key of a zarr block (the shard shape's rows under sharding)."""
+        return max(1, self._open_zarr(shard_id, name).row_chunk)
 
     def chunk_status(self, shard_id: str, name: str) -> ChunkStatus:
         """Expected vs initialized chunk files of one zarr block."""
@@ -613,10 +681,8 @@ class VinOfflineStoreReader:
             raise IndexError(
                 f"{self.access.describe(block.path)}: rows {start}:{stop} outside 0:{num_rows}"
             )
-        if block.missing_rows and start < stop:
-            first, last = start // block.row_chunk, (stop - 1) // block.row_chunk
-            if any(first <= r <= last for r in block.missing_rows):
-                self._raise_missing(block, start, stop)
+        if not self._rows_complete(block, start, stop):
+            self._raise_missing(block, start, stop)
         if block.raw_dtype is not None:
             return self._read_rows_raw(block, start, stop)
         try:
@@ -643,16 +709,13 @@ class VinOfflineStoreReader:
             chunk_start = chunk * block.row_chunk
             upto = min(stop, chunk_start + block.row_chunk)
             rel = f"{block.path}/{block.meta.encode_key((chunk, *rest))}"
-            size = self.access.stat(rel).size
-            if size != chunk_bytes:
-                raise CorruptChunkError(
-                    f"cannot decode rows {start}:{stop}: chunk file has {size} bytes",
-                    path=self.access.describe(rel),
-                    expected=f"{chunk_bytes} bytes ({block.row_chunk} rows of {block.spec.dtype} {list(row_shape)})",
-                )
+            self._check_chunk_file(rel, chunk_bytes, block, (start, stop))
             want = (upto - row) * row_bytes
             target = flat[(row - start) * row_bytes : (row - start) * row_bytes + want]
-            got = self.access.read_range_into(rel, (row - chunk_start) * row_bytes, target)
+            try:
+                got = self.access.read_range_into(rel, (row - chunk_start) * row_bytes, target)
+            except OSError as exc:
+                raise self._unreadable_chunk(rel, exc) from exc
             if got != want:
                 raise CorruptChunkError(
                     f"short read of rows {row}:{upto} ({got} of {want} bytes)",
@@ -663,6 +726,164 @@ class VinOfflineStoreReader:
         if not out.dtype.isnative:
             out = out.astype(out.dtype.newbyteorder("="))
         return out
+
+    def _unreadable_chunk(self, rel: str, exc: OSError) -> CorruptChunkError:
+        return CorruptChunkError(
+            f"cannot read chunk file ({type(exc).__name__}: {exc.strerror or exc})",
+            path=self.access.describe(rel),
+            expected="a readable regular file",
+        )
+
+    def _check_chunk_file(
+        self, rel: str, size: int | None, block: _ZarrBlock, rows: tuple[int, int]
+    ) -> None:
+        """Refuse a chunk file that is not a regular file of ``size`` bytes (any size if None).
+
+        Decided from ``stat`` alone, before anything is opened: a FIFO would block an open,
+        and a device (``/dev/zero``, ``/dev/urandom``) has size 0 but endless bytes.
+        """
+        try:
+            st = self.access.stat(rel)
+        except FileNotFoundError:
+            raise  # a missing chunk: the caller knows it from the chunk status
+        except OSError as exc:
+            raise self._unreadable_chunk(rel, exc) from exc
+        if st.is_dir:
+            raise CorruptChunkError(
+                f"cannot decode rows {rows[0]}:{rows[1]}: chunk is a directory",
+                path=self.access.describe(rel),
+                expected="a regular chunk file",
+            )
+        if size is not None and st.size != size:
+            raise CorruptChunkError(
+                f"cannot decode rows {rows[0]}:{rows[1]}: chunk file has {st.size} bytes",
+                path=self.access.describe(rel),
+                expected=f"{size} bytes (raw {block.spec.dtype}, chunk shape "
+                f"{list(block.meta.chunk_shape)})",
+            )
+        if size is None and st.size == 0:
+            raise CorruptChunkError(
+                f"cannot decode rows {rows[0]}:{rows[1]}: chunk file is empty or not a regular file",
+                path=self.access.describe(rel),
+                expected="encoded chunk bytes",
+            )
+
+    def read_window(self, shard_id: str, name: str, start: int, stop: int) -> RowWindow:
+        """Rows ``start:stop`` of a zarr block with a per-row readable mask; never raises for damage.
+
+        Every chunk is checked the way :meth:`read_rows` checks it (a regular file, exactly
+        the size its raw layout implies); rows in missing or refused chunks are marked
+        unreadable and their values are never filled in. Uncompressed chunks are read whole
+        and viewed without a copy when the window lies in one chunk; encoded ones are
+        decoded by zarr one row chunk at a time. Raises only for a block that cannot be
+        opened at all (listed by :meth:`integrity_problems`) or a range outside the block.
+        """
+        block = self._open_zarr(shard_id, name)
+        num_rows = block.spec.num_rows
+        if not 0 <= start <= stop <= num_rows:
+            raise IndexError(
+                f"{self.access.describe(block.path)}: rows {start}:{stop} outside 0:{num_rows}"
+            )
+        readable = np.zeros(stop - start, dtype=bool)
+        problems: list[VinOfflineStoreError] = []
+        if start == stop:
+            return RowWindow(start, stop, None, readable)
+        meta = block.meta
+        rc = block.row_chunk
+        if meta.metadata is None and meta.stored_dtype is not None:
+            return self._read_window_plain(block, start, stop)
+        out: np.ndarray | None = None
+        for r in range(start // rc, (stop - 1) // rc + 1):
+            a, b = max(start, r * rc), min(stop, (r + 1) * rc)
+            if r not in block.complete_rows and not block.status.complete:
+                continue
+            try:
+                for inner in self._inner_coords(meta):
+                    self._check_chunk_file(
+                        f"{block.path}/{meta.encode_key((r, *inner))}", None, block, (a, b)
+                    )
+                part = self.read_rows(shard_id, name, a, b)
+            except FileNotFoundError:
+                continue
+            except (CorruptChunkError, MissingChunksError) as exc:
+                problems.append(exc)
+                continue
+            if out is None:
+                out = np.zeros((stop - start, *part.shape[1:]), dtype=part.dtype)
+            out[a - start : b - start] = part
+            readable[a - start : b - start] = True
+        return RowWindow(start, stop, out, readable, tuple(problems))
+
+    @staticmethod
+    def _inner_coords(meta: _ArrayLayout) -> Iterator[tuple[int, ...]]:
+        counts = [-(-n // c) for n, c in zip(meta.shape[1:], meta.chunk_shape[1:], strict=True)]
+        return itertools.product(*(range(n) for n in counts))
+
+    def _read_window_plain(self, block: _ZarrBlock, start: int, stop: int) -> RowWindow:
+        meta = block.meta
+        assert meta.stored_dtype is not None
+        stored = meta.stored_dtype
+        shape = meta.shape
+        rc = block.row_chunk
+        chunk_bytes = math.prod(meta.chunk_shape) * stored.itemsize
+        inner_counts = [-(-n // c) for n, c in zip(shape[1:], meta.chunk_shape[1:], strict=True)]
+        single_inner = all(n == 1 for n in inner_counts)
+        readable = np.zeros(stop - start, dtype=bool)
+        problems: list[VinOfflineStoreError] = []
+        out: np.ndarray | None = None
+        for r in range(start // rc, (stop - 1) // rc + 1):
+            r0 = r * rc
+            a, b = max(start, r0), min(stop, r0 + rc)
+            if r not in block.complete_rows and not block.status.complete:
+                continue  # listed once as MissingChunksError by the chunk status
+            ok = True
+            for inner in itertools.product(*(range(n) for n in inner_counts)):
+                rel = f"{block.path}/{meta.encode_key((r, *inner))}"
+                try:
+                    self._check_chunk_file(rel, chunk_bytes, block, (a, b))
+                    data = self.access.read_range(rel, 0, chunk_bytes)
+                except FileNotFoundError:
+                    ok = False
+                    break
+                except CorruptChunkError as exc:
+                    problems.append(exc)
+                    ok = False
+                    break
+                except OSError as exc:
+                    problems.append(self._unreadable_chunk(rel, exc))
+                    ok = False
+                    break
+                if len(data) != chunk_bytes:
+                    problems.append(
+                        CorruptChunkError(
+                            f"short read: {len(data)} of {chunk_bytes} bytes",
+                            path=self.access.describe(rel),
+                            expected=f"{chunk_bytes} bytes",
+                        )
+                    )
+                    ok = False
+                    break
+                chunk = np.frombuffer(data, dtype=stored).reshape(meta.chunk_shape)
+                if not stored.isnative:
+                    chunk = chunk.astype(stored.newbyteorder("="))
+                if single_inner and start // rc == (stop - 1) // rc:
+                    # The whole window in one chunk: a zero-copy view of its bytes.
+                    readable[:] = True
+                    return RowWindow(start, stop, chunk[a - r0 : b - r0], readable)
+                if out is None:
+                    out = np.zeros((stop - start, *shape[1:]), dtype=meta.dtype)
+                spans = [
+                    (i * c, min((i + 1) * c, n))
+                    for i, c, n in zip(inner, meta.chunk_shape[1:], shape[1:], strict=True)
+                ]
+                target = (slice(a - start, b - start), *(slice(lo, hi) for lo, hi in spans))
+                source = (slice(a - r0, b - r0), *(slice(0, hi - lo) for lo, hi in spans))
+                out[target] = chunk[source]
+            if ok:
+                readable[a - start : b - start] = True
+            elif out is not None:
+                out[a - start : b - start] = 0  # never leave a partly read row chunk as data
+        return RowWindow(start, stop, out if readable.any() else None, readable, tuple(problems))
 
     def read_row(self, shard_id: str, name: str, row: int) -> np.ndarray:
         """One row of a zarr block; decodes the row's whole chunk once and serves neighbours from it."""
@@ -704,7 +925,7 @@ class VinOfflineStoreReader:
         self._check_shard_dir(shard_id)
         msgpack_rel, offsets_rel = record_paths(shard_id, name)
         for rel in (msgpack_rel, offsets_rel):
-            if not self.access.exists(rel):
+            if not self._is_file(rel):
                 raise MissingBlockError(
                     f"record block {name!r} of shard {shard_id!r} is missing a file",
                     path=self.access.describe(rel),
@@ -935,10 +1156,19 @@ class VinOfflineStoreReader:
             for spec in shard.blocks:
                 self._check_block(shard.shard_id, spec)
 
-    def integrity_problems(self) -> tuple[StoreIntegrityProblem, ...]:
-        """Every shard/block problem found by the checks :meth:`validate` runs, without raising."""
+    def integrity_problems(
+        self, shard_ids: Iterable[str] | None = None
+    ) -> tuple[StoreIntegrityProblem, ...]:
+        """Every shard/block problem found by the checks :meth:`validate` runs, without raising.
+
+        ``shard_ids`` limits the checks to those shards (in the order given); the default
+        checks every shard in manifest order. Damage of any kind (a shard that is a file, a
+        chunk that is a directory, an unreadable file) is a listed problem naming the file.
+        """
         problems: list[StoreIntegrityProblem] = []
-        for shard in self.manifest.shards:
+        ids = [s.shard_id for s in self.manifest.shards] if shard_ids is None else shard_ids
+        for shard_id in ids:
+            shard = self.shard(shard_id)
             try:
                 self._check_shard_dir(shard.shard_id)
             except VinOfflineStoreError as exc:
@@ -957,6 +1187,17 @@ class VinOfflineStoreReader:
                             type(exc).__name__, shard.shard_id, spec.name, exc.path, str(exc)
                         )
                     )
+                except OSError as exc:
+                    path = exc.filename if isinstance(exc.filename, str) else None
+                    problems.append(
+                        StoreIntegrityProblem(
+                            type(exc).__name__,
+                            shard.shard_id,
+                            spec.name,
+                            path or self.access.describe(shard_dir(shard.shard_id)),
+                            f"block {spec.name!r} of shard {shard.shard_id!r} cannot be read: {exc}",
+                        )
+                    )
         return tuple(problems)
 
     def missing_chunks(self) -> tuple[ChunkStatus, ...]:
@@ -969,6 +1210,24 @@ class VinOfflineStoreReader:
                     if not status.complete:
                         out.append(status)
         return tuple(out)
+
+
+def _grid(counts: list[int]) -> Iterator[tuple[int, ...]]:
+    """Grid coordinates in C order, lazily (``itertools.product`` would build every range)."""
+    if any(n <= 0 for n in counts):
+        return
+    coords = [0] * len(counts)
+    while True:
+        yield tuple(coords)
+        axis = len(counts) - 1
+        while axis >= 0:
+            coords[axis] += 1
+            if coords[axis] < counts[axis]:
+                break
+            coords[axis] = 0
+            axis -= 1
+        if axis < 0:
+            return
 
 
 @dataclass(frozen=True)
@@ -987,6 +1246,23 @@ class _ArrayLayout:
             return str(self.metadata.encode_chunk_key(coords))
         return "c/" + "/".join(str(c) for c in coords) if coords else "c"
 
+    def decode_key(self, key: str, counts: list[int]) -> tuple[int, ...] | None:
+        """Grid coordinates of chunk key ``key``, or ``None`` for a name outside the grid."""
+        if key == "zarr.json":
+            return None
+        # Parse any spelling of the integers, then accept only the array's own spelling.
+        body = key[1:].lstrip("/.") if key.startswith("c") else key
+        try:
+            coords = tuple(int(part) for part in body.replace(".", "/").split("/")) if body else ()
+        except ValueError:
+            return None
+        if len(coords) != len(counts) or not all(
+            0 <= c < n for c, n in zip(coords, counts, strict=True)
+        ):
+            return None
+        # Only the canonical spelling names a chunk ("c/01" is not "c/1").
+        return coords if self.encode_key(coords) == key else None
+
 
 def _parse_array_layout(data: bytes) -> _ArrayLayout:
     """Parse ``zarr.json``; the plain layout our writer produces needs no zarr machinery.
@@ -996,6 +1272,17 @@ def _parse_array_layout(data: bytes) -> _ArrayLayout:
     else is handed to zarr's own metadata parser and read through zarr.
     """
     raw = json.loads(data)
+    grid_config = raw.get("chunk_grid") if isinstance(raw, dict) else None
+    declared = (
+        grid_config.get("configuration", {}).get("chunk_shape")
+        if isinstance(grid_config, dict) and isinstance(grid_config.get("configuration"), dict)
+        else None
+    )
+    if isinstance(declared, list) and any(
+        isinstance(n, int) and not isinstance(n, bool) and n <= 0 for n in declared
+    ):
+        # A zero extent would divide by zero (or declare no chunks at all) further on.
+        raise ValueError(f"chunk_shape {declared} has an extent <= 0; every extent must be >= 1")
     if not isinstance(raw, dict) or raw.get("zarr_format") != 3:
         found = raw.get("zarr_format") if isinstance(raw, dict) else None
         raise ValueError(f"zarr_format is {found!r}, expected 3")
@@ -1044,9 +1331,15 @@ def _parse_array_layout(data: bytes) -> _ArrayLayout:
     from zarr.core.metadata import ArrayV3Metadata
 
     meta = ArrayV3Metadata.from_dict(raw)
+    chunk_shape = tuple(int(n) for n in getattr(meta.chunk_grid, "chunk_shape", ()))
+    if len(chunk_shape) != len(meta.shape) or any(n <= 0 for n in chunk_shape):
+        raise ValueError(
+            f"chunk grid {list(chunk_shape)} for shape {list(meta.shape)}: expected a regular "
+            "grid with one extent >= 1 per dimension"
+        )
     return _ArrayLayout(
         shape=tuple(meta.shape),
-        chunk_shape=tuple(getattr(meta.chunk_grid, "chunk_shape", ())),
+        chunk_shape=chunk_shape,
         dtype=np.dtype(meta.dtype.to_native_dtype()),
         raw_dtype=None,
         metadata=meta,

@@ -117,7 +117,14 @@ def decode_ndarray(obj: Mapping[str, Any]) -> np.ndarray:
             f"ndarray data has {len(data)} bytes but dtype {dtype_name} and shape {shape} "
             f"need {count * wire.itemsize}"
         )
-    array = np.frombuffer(data, dtype=wire).reshape(shape)
+    try:
+        array = np.frombuffer(data, dtype=wire).reshape(shape)
+    except ValueError as exc:
+        # Zero elements in an extent numpy cannot address ([2**62, 2**62, 0]), or too many
+        # dimensions: a declared shape no array can have.
+        raise RecordDecodeError(
+            f"ndarray shape {shape} is not a valid array shape ({exc})"
+        ) from exc
     return array if native is None else array.astype(native)
 
 
@@ -228,7 +235,11 @@ def _array_tail(
     if pos + length > stop or count * wire.itemsize != length:
         return None
     # A read-only view of the batch's bytes (one constructor call; cheaper than frombuffer).
-    array = np.ndarray(tuple(shape), wire, data, pos)
+    try:
+        array = np.ndarray(tuple(shape), wire, data, pos)
+    except ValueError:
+        return None  # an impossible shape: the checked path names the error
+
     return (array if native is None else array.astype(native)), pos + length
 
 

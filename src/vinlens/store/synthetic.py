@@ -170,7 +170,8 @@ class SyntheticStoreRecord:
 
     @property
     def store_dir(self) -> Path:
-        return self.config.store_dir
+        # Synthetic stores are always written to a local directory.
+        return Path(self.config.store_dir)
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,16 @@ from vinlens.store.format import (
     STORE_FORMAT,
     BlockKind,
     Capabilities,
+    InvalidSampleError,
     MaterializedBlocks,
     StoreBlockSpec,
     StoreExistsError,
     StoreShardSpec,
+    StoreVerificationError,
     VinOfflineManifest,
+    VinOfflineStoreError,
     arrays_dir,
+    block_name_problem,
     record_paths,
     shard_dir,
 )
@@ -103,6 +107,25 @@ def _fsync_tree(root: Path) -> None:
         for name in filenames:
             _fsync_path(Path(dirpath) / name)
         _fsync_path(Path(dirpath), directory=True)
+
+
+_INT64 = np.iinfo(np.int64)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _beyond_float32(arr: np.ndarray) -> bool:
+    """True when a wider float array holds finite values that float32 would turn into inf."""
+    if arr.dtype.itemsize <= 4 or arr.size == 0:
+        return False
+    magnitude = np.abs(arr[np.isfinite(arr)])
+    return bool(magnitude.size) and float(magnitude.max()) > _FLOAT32_MAX
+
+
+def _beyond_int64(arr: np.ndarray) -> bool:
+    """True when an integer array holds values outside int64 (uint64 above 2**63 - 1)."""
+    if arr.size == 0 or np.can_cast(arr.dtype, np.int64):
+        return False
+    return bool(arr.max() > _INT64.max) or bool(arr.min() < _INT64.min)
 
 
 def _is_store_dir(path: Path) -> bool:
@@ -258,6 +281,7 @@ class VinOfflineStoreWriter:
             (self._tmp / MANIFEST_FILE).write_text(
                 json.dumps(manifest.to_json_dict(), indent=2) + "\n", encoding="utf-8"
             )
+            self._verify()
             if self.fsync:
                 _fsync_tree(self._tmp)
             self._publish()
@@ -266,6 +290,30 @@ class VinOfflineStoreWriter:
             raise
         self._state = "published"
         return self.store_dir
+
+    def _verify(self) -> None:
+        """Open the built store with the reader (manifest, index, one sample per shard).
+
+        A store its own reader refuses is never published: the path keeps what it had
+        (for ``replace=True`` the old, good store).
+        """
+        from vinlens.store.reader import VinOfflineStoreReader
+
+        try:
+            with VinOfflineStoreReader(self._tmp) as reader:
+                first: dict[str, int] = {}
+                for row in reader.samples:
+                    if row.row == 0:
+                        first.setdefault(row.shard_id, row.sample_index)
+                for shard in reader.manifest.shards:
+                    if shard.num_rows:
+                        reader.read_sample(first[shard.shard_id])
+        except (VinOfflineStoreError, OSError, KeyError) as exc:
+            raise StoreVerificationError(
+                f"the new store failed its read-back check, nothing was published ({exc})",
+                path=self.store_dir,
+                expected="a store the vinlens reader opens",
+            ) from exc
 
     def _publish(self) -> None:
         self._check_target()
@@ -289,6 +337,58 @@ class VinOfflineStoreWriter:
 
     # ---- samples ------------------------------------------------------------------------
 
+    def _invalid(self, key: object, where: str, message: str, expected: str) -> InvalidSampleError:
+        return InvalidSampleError(
+            message, path=self.store_dir, location=f"sample {key!r}, {where}", expected=expected
+        )
+
+    def _numeric(self, key: object, where: str, value: object) -> np.ndarray:
+        """``value`` as a numpy array of a numeric or bool dtype (never object or text)."""
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise self._invalid(
+                key, where, f"cannot be read as an array ({exc})", "a numeric numpy array"
+            ) from None
+        if arr.dtype.kind not in "biuf":
+            raise self._invalid(key, where, f"has dtype {arr.dtype}", "a numeric numpy array")
+        return arr
+
+    def _check_identity(self, sample: VinOfflineSample) -> None:
+        """The index fields: non-empty strings that JSON can carry as UTF-8."""
+        if not isinstance(sample, VinOfflineSample):
+            raise InvalidSampleError(
+                f"got a {type(sample).__name__}",
+                path=self.store_dir,
+                expected="a vinlens.store.VinOfflineSample",
+            )
+        key = sample.sample_key
+        for field_name in ("sample_key", "scene_id", "snippet_id", "split"):
+            value = getattr(sample, field_name)
+            expected = "a non-empty str of valid Unicode text"
+            if not isinstance(value, str):
+                raise self._invalid(
+                    key, f"field {field_name}", f"is a {type(value).__name__}", expected
+                )
+            if not value:
+                raise self._invalid(key, f"field {field_name}", "is empty", expected)
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self._invalid(
+                    key, f"field {field_name}", f"{value!r} is not valid Unicode", expected
+                ) from None
+        for label, mapping in (
+            ("rri_components", sample.rri_components),
+            ("backbone", sample.backbone),
+        ):
+            for name in mapping:
+                problem = block_name_problem(name)
+                if problem is not None:
+                    raise self._invalid(
+                        key, f"{label} name", problem, "a name the spec allows as a block name"
+                    )
+
     def _row_arrays(self, sample: VinOfflineSample) -> dict[str, np.ndarray]:
         key = sample.sample_key
         c = self.num_candidates
@@ -307,7 +407,7 @@ class VinOfflineStoreWriter:
             raise ValueError(f"sample {key!r}: a labelled store needs candidate_valid and rri")
         out: dict[str, np.ndarray] = {}
         for name, value in blocks.items():
-            arr = np.asarray(value)
+            arr = self._numeric(key, f"block {name!r}", value)
             if name == "candidate_valid":
                 want: tuple[tuple[int, ...], str] = ((c,), "bool")
             elif name in {"rri"} or name.startswith(RRI_COMPONENT_PREFIX):
@@ -339,23 +439,43 @@ class VinOfflineStoreWriter:
                 raise ValueError(
                     f"sample {key!r}: block {name!r} has dtype {arr.dtype}, expected a float dtype"
                 )
+            if dtype == "int64" and _beyond_int64(arr):
+                raise self._invalid(
+                    key,
+                    f"block {name!r}",
+                    f"{arr.dtype} values up to {arr.max()} do not fit int64",
+                    f"values in [{_INT64.min}, {_INT64.max}]",
+                )
+            if arr.dtype.kind == "f" and _beyond_float32(arr) and (dtype == "float32"):
+                raise self._invalid(
+                    key,
+                    f"block {name!r}",
+                    f"finite {arr.dtype} values beyond the float32 range would become inf",
+                    f"|value| <= {_FLOAT32_MAX:.6g} (or inf/NaN given as such)",
+                )
             out[name] = arr.astype(dtype, copy=False)
         return out
 
     def add(self, sample: VinOfflineSample) -> int:
         """Append one sample; returns its ``sample_index``."""
         self._require_open()
+        self._check_identity(sample)
         if sample.sample_key in self._keys:
             raise ValueError(f"sample_key {sample.sample_key!r} was already written")
-        for field_name in ("sample_key", "scene_id", "snippet_id", "split"):
-            if not getattr(sample, field_name):
-                raise ValueError(
-                    f"sample {sample.sample_key!r}: {field_name} must be a non-empty string"
-                )
-        points = np.asarray(sample.vin_points)
-        if points.ndim != 2 or points.shape[1] != 3 or not np.issubdtype(points.dtype, np.floating):
-            raise ValueError(
-                f"sample {sample.sample_key!r}: vin_points has {points.dtype} {list(points.shape)}, expected float [n, 3]"
+        points = self._numeric(sample.sample_key, "vin_points", sample.vin_points)
+        if points.ndim != 2 or points.shape[1] != 3 or points.dtype.kind != "f":
+            raise self._invalid(
+                sample.sample_key,
+                "vin_points",
+                f"is {points.dtype} {list(points.shape)}",
+                "a float array [n, 3]",
+            )
+        if _beyond_float32(points):
+            raise self._invalid(
+                sample.sample_key,
+                "vin_points",
+                f"finite {points.dtype} values beyond the float32 range would become inf",
+                f"|value| <= {_FLOAT32_MAX:.6g}",
             )
         rows = self._row_arrays(sample)
         signature = {name: (arr.shape, arr.dtype.name) for name, arr in rows.items()}

@@ -1,9 +1,11 @@
 """Notebook widgets (anywidget) that show the records of the vinlens engines."""
 
+from vinlens.widgets._selection import ModuleSelection as ModuleSelection
 from vinlens.widgets._show import show as show
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget as AttributionViewerWidget
 from vinlens.widgets.config_tree import ConfigTreeWidget as ConfigTreeWidget
 from vinlens.widgets.coverage_heatmap import CoverageHeatmapWidget as CoverageHeatmapWidget
+from vinlens.widgets.model_health import ModelHealthWidget as ModelHealthWidget
 from vinlens.widgets.module_table import ModuleTableWidget as ModuleTableWidget
 from vinlens.widgets.snapshot_browser import SnapshotBrowserWidget as SnapshotBrowserWidget
 from vinlens.widgets.snapshot_browser import SnapshotTableWidget as SnapshotTableWidget

@@ -1,30 +1,65 @@
-"""The request/response protocol every vinlens widget speaks (see docs/architecture.md).
+"""The request/response protocol and the task runtime every vinlens widget shares.
 
-Browser to kernel::
+Protocol (see docs/architecture.md). Browser to kernel::
 
     {"kind": "command", "id": "<uuid>", "name": "capture", "args": {...}}
     {"kind": "cancel", "id": "<uuid>"}
 
 Kernel to browser, for each command: any number of
 ``{"kind": "progress", "id", "done", "total"}`` and then exactly one
-``{"kind": "result", "id", "data"}`` or ``{"kind": "error", "id", "message", "traceback"}``.
-Binary data rides in the message buffers (``{"$buffer": i}`` placeholders, see
-:mod:`vinlens.widgets._payload`).
+``{"kind": "result", "id", "data"}`` or
+``{"kind": "error", "id", "message", "traceback", "cancelled"}``. The ``status``
+traitlet is set before the reply goes out, so whoever waits for the reply sees the
+final status. Binary data rides in the message buffers (``{"$buffer": i}``
+placeholders, see :mod:`vinlens.widgets._payload`).
 
-A command handler is a method decorated with :func:`command`. It receives validated
-``args`` and a :class:`CommandContext`; it returns JSON-safe data (or a record, which is
-converted) and raises :class:`CommandError` for a user-facing problem. Any exception,
-including a hostile or malformed message, becomes an error reply and the ``error``
-traitlet: nothing escapes into the kernel's message loop. Handlers marked
-``background=True`` run on a worker thread so the notebook stays responsive and can be
-cancelled between steps.
+Task runtime. A command handler is a widget method marked with :func:`command`::
+
+    class MyWidget(VinlensWidget):
+        @command("refresh", background=True, exclusive=True)
+        def _refresh(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+            for done, shard in enumerate(shards):
+                ctx.progress(done, len(shards))  # reports, and raises once cancelled
+                ...
+            rows = ctx.call(lambda: engine_call_that_checks_nothing())
+            return {"rows": rows}
+
+- ``background=True`` runs the handler on a worker thread *of this widget* (each widget
+  has its own small executor, so long work in one widget never waits behind another
+  widget's); without it the handler runs on the kernel's thread, which suits quick
+  commands and user code that must run where the user's cell would (a forward pass).
+- ``exclusive=True`` gives single flight per widget: while one exclusive command runs,
+  any other exclusive command of the same widget is refused at once with an error reply
+  (``busy=`` words it; the running command's status and error are left alone).
+  Non-exclusive commands may run beside it.
+- ``ctx.progress(done, total)`` sends a progress message and is where a cancel lands
+  (it raises :class:`CommandCancelled`); ``ctx.check_cancelled()`` checks without
+  reporting; ``ctx.call(func)`` runs a blocking call that has no progress hook on a
+  helper thread and raises :class:`CommandCancelled` as soon as the user cancels,
+  leaving the (read-only) call to wind down in the background with its result dropped.
+- ``ctx.trigger`` says who started the command: the command's name when the browser
+  sent it, or what :meth:`VinlensWidget.start_command` was given.
+- The handler returns JSON-safe data (or a record, which is converted) and raises
+  :class:`CommandError` for a user-facing problem. Any other exception, a
+  ``KeyboardInterrupt`` from user code or a hostile or malformed message becomes an
+  error reply and the ``error`` traitlet: nothing escapes into the kernel's message loop.
+
+From Python, :meth:`VinlensWidget.run_command` runs a command and waits for its reply
+(how the tests drive every command without a browser), and
+:meth:`VinlensWidget.start_command` starts one without waiting and returns its
+:class:`CommandTask` (``wait()``, ``cancel()``, ``done()``); a widget that starts work
+at construction does it this way, and the browser can cancel that work by its id.
+:attr:`VinlensWidget.current_task` is the exclusive command running now and
+:attr:`VinlensWidget.last_task` the latest one started, running or finished.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import traceback
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +73,12 @@ from vinlens.widgets._payload import split_buffers, to_jsonable
 STATIC_DIR = Path(__file__).parent / "static"
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _MAX_ID_LENGTH = 128
+#: Worker threads per widget: exclusive commands take at most one, so quick
+#: non-exclusive ones (a detail listing beside a long scan) still find a thread.
+_WORKERS_PER_WIDGET = 3
 
 
 class CommandError(Exception):
@@ -57,6 +96,9 @@ class CommandContext:
     widget: VinlensWidget
     request_id: str
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    #: Who started the command: its name for a browser request, else what
+    #: :meth:`VinlensWidget.start_command` was given ("construction", "refresh()").
+    trigger: str = ""
 
     def progress(self, done: int, total: int) -> None:
         self.widget._send_message(
@@ -72,44 +114,181 @@ class CommandContext:
         if self.cancel_event.is_set():
             raise CommandCancelled("cancelled by the user")
 
+    def call(self, func: Callable[[], T], *, poll_s: float = 0.05) -> T:
+        """Run ``func()`` on a helper thread; return its result or raise at once on cancel.
+
+        For a blocking call that checks for cancellation rarely or never (an engine that
+        only looks between shards). ``func`` must only read: after a cancel its thread
+        winds down in the background and whatever it returns is dropped.
+        """
+        box: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def target() -> None:
+            try:
+                box["result"] = func()
+            except BaseException as exc:  # re-raised on the command's thread
+                box["error"] = exc
+            finally:
+                finished.set()
+
+        name = f"vinlens-call-{self.request_id[:24]}"
+        threading.Thread(target=target, name=name, daemon=True).start()
+        while not finished.wait(poll_s):
+            self.check_cancelled()
+        if "error" in box:
+            raise box["error"]
+        return box["result"]  # type: ignore[no-any-return]
+
+
+class CommandTask:
+    """One command started on a widget: wait for it, cancel it, read how it ended."""
+
+    def __init__(self, name: str, ctx: CommandContext, *, exclusive: bool) -> None:
+        self.name = name
+        self.ctx = ctx
+        self.exclusive = exclusive
+        self._finished = threading.Event()
+        #: The handler's return value (None until it returned).
+        self.result: Any = None
+        #: What the handler raised (a :class:`CommandCancelled` after a cancel), else None.
+        self.exception: BaseException | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.ctx.request_id
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def cancel(self) -> None:
+        """Ask the handler to stop at its next progress report or cancellation check."""
+        self.ctx.cancel_event.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until the command ended or ``timeout`` passed; True when it ended."""
+        return self._finished.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the command ended; return its result or raise what it raised."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"command {self.name!r} still running after {timeout}s")
+        if self.exception is not None:
+            raise self.exception
+        return self.result
+
+    def _finish(self, result: Any, exception: BaseException | None) -> None:
+        self.result = result
+        self.exception = exception
+        self._finished.set()
+
 
 @dataclass(frozen=True)
 class _CommandSpec:
     name: str
     method: str
     background: bool
+    exclusive: bool
+    busy: str | None
 
 
-def command(name: str, *, background: bool = False) -> Callable[[F], F]:
-    """Mark a widget method as the handler of browser command ``name``."""
+class _Busy(Exception):
+    """An exclusive command was asked for while another one runs."""
+
+
+def command(
+    name: str,
+    *,
+    background: bool = False,
+    exclusive: bool = False,
+    busy: str | None = None,
+) -> Callable[[F], F]:
+    """Mark a widget method as the handler of browser command ``name``.
+
+    ``background`` runs it on the widget's own worker thread; ``exclusive`` lets only one
+    exclusive command of the widget run at a time (``busy`` is the refusal's message).
+    See the module docstring.
+    """
 
     def decorate(func: F) -> F:
-        func.__vinlens_command__ = (name, background)  # type: ignore[attr-defined]
+        func.__vinlens_command__ = (name, background, exclusive, busy)  # type: ignore[attr-defined]
         return func
 
     return decorate
 
 
-def widget_asset(name: str) -> Path:
-    """Path of a built front-end file; a clear error when the bundle was never built."""
-    path = STATIC_DIR / name
-    if not path.exists():
-        raise FileNotFoundError(
-            f"vinlens front-end bundle {path} is missing; build it with `npm run build` "
-            "in the vinlens source tree (scripts/setup.sh does this)"
+class WidgetAsset:
+    """A built front-end file (``static/<name>``), looked up when a widget is created.
+
+    Importing :mod:`vinlens.widgets` never needs the bundle, so a fresh clone imports
+    (and its engines, CLI and tests run) before ``npm run build``; creating a widget
+    without the bundle is a clear error naming the missing file. The file's contents
+    object is made once per asset and shared by every widget of that class, so with
+    ``ANYWIDGET_HMR=1`` one watcher per file pushes rebuilt code to every live view.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._contents: object | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return STATIC_DIR / self.name
+
+    def resolve(self) -> object:
+        """What anywidget takes as ``_esm``/``_css``; FileNotFoundError when not built."""
+        with self._lock:
+            if self._contents is None:
+                path = self.path
+                if not path.is_file():
+                    raise FileNotFoundError(
+                        f"vinlens front-end bundle {path} is missing; build it with "
+                        "`npm run build` in the vinlens source tree (scripts/setup.sh does this)"
+                    )
+                self._contents = _file_contents(path)
+            return self._contents
+
+    def __repr__(self) -> str:
+        return f"WidgetAsset({self.name!r})"
+
+
+def _file_contents(path: Path) -> object:
+    """anywidget's own file object (it hot-reloads under ANYWIDGET_HMR=1), else the text."""
+    try:
+        from anywidget._util import try_file_contents
+    except ImportError:  # an anywidget that moved its helper: no hot reload, same code
+        return path.read_text(encoding="utf-8")
+    return try_file_contents(path) or path.read_text(encoding="utf-8")
+
+
+def widget_asset(name: str) -> WidgetAsset:
+    """The built front-end file ``static/<name>``, looked up when a widget is created."""
+    return WidgetAsset(name)
+
+
+def reject_unknown_kwargs(
+    widget_type: type[anywidget.AnyWidget], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise TypeError for keywords that are not traits of ``widget_type``.
+
+    traitlets only warns about unknown keywords; a typo should fail where it is made.
+    """
+    unknown = sorted(set(kwargs) - set(widget_type.class_trait_names()))
+    if unknown:
+        raise TypeError(
+            f"{widget_type.__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
         )
-    return path
 
 
 class VinlensWidget(anywidget.AnyWidget):
-    """Base of every vinlens widget: status/error traitlets and the command protocol."""
+    """Base of every vinlens widget: status/error traitlets, the protocol and the runtime."""
 
     status = traitlets.Unicode("idle").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
     error_traceback = traitlets.Unicode("").tag(sync=True)
 
     _commands: ClassVar[dict[str, _CommandSpec]] = {}
-    _executor: ClassVar[ThreadPoolExecutor | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -118,15 +297,120 @@ class VinlensWidget(anywidget.AnyWidget):
             for attr, value in vars(klass).items():
                 spec = getattr(value, "__vinlens_command__", None)
                 if spec is not None:
-                    commands[spec[0]] = _CommandSpec(spec[0], attr, spec[1])
+                    commands[spec[0]] = _CommandSpec(spec[0], attr, *spec[1:])
         cls._commands = commands
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._running: dict[str, CommandContext] = {}
-        self._lock = threading.Lock()
+        reject_unknown_kwargs(type(self), kwargs)
+        for key in ("_esm", "_css"):
+            asset = getattr(type(self), key, None)
+            if isinstance(asset, WidgetAsset):
+                # anywidget reads these from the instance when it adds its traits.
+                setattr(self, key, asset.resolve())
+        # The runtime's state exists before traitlets run validators or observers.
+        self._tasks: dict[str, CommandTask] = {}
+        self._tasks_lock = threading.Lock()
+        self._flight: CommandTask | None = None
+        self._last_flight: CommandTask | None = None
+        self._executor: ThreadPoolExecutor | None = None
         self.replies: list[dict[str, Any]] = []  # last replies, newest last (for tests/debugging)
+        super().__init__(**kwargs)
         self.on_msg(self._on_custom_msg)
+
+    # -- runtime ------------------------------------------------------------------------------
+    @property
+    def current_task(self) -> CommandTask | None:
+        """The exclusive command running now, if any."""
+        return self._flight
+
+    @property
+    def last_task(self) -> CommandTask | None:
+        """The latest exclusive command started (running or finished), if any."""
+        return self._last_flight
+
+    def start_command(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        trigger: str | None = None,
+        id_prefix: str | None = None,
+    ) -> CommandTask:
+        """Start command ``name`` from Python without waiting for it; return its task.
+
+        A background command runs on the widget's worker thread, any other runs before
+        this returns. ``trigger`` becomes ``ctx.trigger``; the request id starts with
+        ``id_prefix`` (default: the name), and the browser can cancel the task by it.
+        Raises KeyError for an unknown command and RuntimeError when an exclusive command
+        is already running.
+        """
+        spec = self._commands.get(name)
+        if spec is None:
+            raise KeyError(f"unknown command {name!r}; this widget knows: {self._known()}")
+        ctx = CommandContext(
+            self, f"{id_prefix or name}-{uuid.uuid4().hex}", trigger=trigger or name
+        )
+        try:
+            task = self._admit(spec, ctx)
+        except _Busy as exc:
+            raise RuntimeError(str(exc)) from None
+        self._launch(spec, dict(args or {}), task)
+        return task
+
+    def _known(self) -> str:
+        return ", ".join(sorted(self._commands)) or "none"
+
+    def _admit(self, spec: _CommandSpec, ctx: CommandContext) -> CommandTask:
+        """Register a task for ``spec``; raise _Busy when single flight refuses it."""
+        task = CommandTask(spec.name, ctx, exclusive=spec.exclusive)
+        with self._tasks_lock:
+            if spec.exclusive:
+                running = self._flight
+                if running is not None:
+                    raise _Busy(
+                        spec.busy
+                        or f"{spec.name!r} cannot start: {running.name!r} is already running "
+                        "in this widget; wait for it or cancel it"
+                    )
+                self._flight = self._last_flight = task
+            self._tasks[ctx.request_id] = task
+        return task
+
+    def _release(self, task: CommandTask) -> None:
+        with self._tasks_lock:
+            self._tasks.pop(task.request_id, None)
+            if self._flight is task:
+                self._flight = None
+
+    def _launch(self, spec: _CommandSpec, args: dict[str, Any], task: CommandTask) -> None:
+        if not spec.background:
+            self._run(spec, args, task)
+            return
+        try:
+            self._worker_pool().submit(self._run, spec, args, task)
+        except BaseException as exc:  # a closed widget: its executor refuses new work
+            self._release(task)
+            task._finish(None, exc)
+            self._reply_error(task.request_id, f"{spec.name} could not start: {exc}", exc)
+
+    def _worker_pool(self) -> ThreadPoolExecutor:
+        with self._tasks_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=_WORKERS_PER_WIDGET,
+                    thread_name_prefix=f"vinlens-{type(self).__name__}",
+                )
+            return self._executor
+
+    def close(self) -> None:
+        """Close the widget; running commands finish, their threads then end."""
+        lock = getattr(self, "_tasks_lock", None)  # None when __init__ failed early
+        if lock is not None:
+            with lock:
+                executor, self._executor = self._executor, None
+            if executor is not None:
+                executor.shutdown(wait=False)
+        super().close()
 
     # -- protocol ---------------------------------------------------------------------------
     def _send_message(self, message: dict[str, Any]) -> None:
@@ -154,9 +438,9 @@ class VinlensWidget(anywidget.AnyWidget):
             self._report_error("", f"ignored a {kind!r} message without a valid string id")
             return
         if kind == "cancel":
-            ctx = self._running.get(request_id)
-            if ctx is not None:
-                ctx.cancel_event.set()
+            running = self._tasks.get(request_id)
+            if running is not None:
+                running.cancel()
             return
         if kind != "command":
             self._reply_error(
@@ -166,8 +450,9 @@ class VinlensWidget(anywidget.AnyWidget):
         name = content.get("name")
         spec = self._commands.get(name) if isinstance(name, str) else None
         if spec is None:
-            known = ", ".join(sorted(self._commands)) or "none"
-            self._reply_error(request_id, f"unknown command {name!r}; this widget knows: {known}")
+            self._reply_error(
+                request_id, f"unknown command {name!r}; this widget knows: {self._known()}"
+            )
             return
         args = content.get("args", {})
         if not isinstance(args, Mapping):
@@ -175,44 +460,52 @@ class VinlensWidget(anywidget.AnyWidget):
                 request_id, f"command {name!r}: 'args' must be an object, got {type(args).__name__}"
             )
             return
-        ctx = CommandContext(self, request_id)
-        if spec.background:
-            self._running[request_id] = ctx
-            self._background_executor().submit(self._run, spec, dict(args), ctx)
-        else:
-            self._run(spec, dict(args), ctx)
+        if request_id in self._tasks:
+            self._reply_error(request_id, f"command {name!r}: request id is already in use")
+            return
+        try:
+            task = self._admit(spec, CommandContext(self, request_id, trigger=spec.name))
+        except _Busy as exc:
+            # A refusal answers the asker only: the running command keeps its status.
+            self._send_error_reply(request_id, str(exc), "", cancelled=False)
+            return
+        self._launch(spec, dict(args), task)
 
-    @classmethod
-    def _background_executor(cls) -> ThreadPoolExecutor:
-        if VinlensWidget._executor is None:
-            VinlensWidget._executor = ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="vinlens"
-            )
-        return VinlensWidget._executor
-
-    def _run(self, spec: _CommandSpec, args: dict[str, Any], ctx: CommandContext) -> None:
+    def _run(self, spec: _CommandSpec, args: dict[str, Any], task: CommandTask) -> None:
+        ctx = task.ctx
         self.status = "busy"
         self.error = ""
         self.error_traceback = ""
         try:
             data = getattr(self, spec.method)(args, ctx)
-        except CommandCancelled as exc:
-            self.status = "idle"
-            self._reply_error(ctx.request_id, f"{spec.name}: {exc}", cancelled=True)
-        except CommandError as exc:
-            self._reply_error(ctx.request_id, str(exc))
         except BaseException as exc:  # KeyboardInterrupt in user code too: report, keep kernel
-            self._reply_error(
-                ctx.request_id, f"{spec.name} failed: {type(exc).__name__}: {exc}", exc
-            )
+            cancelled = isinstance(exc, CommandCancelled)
+            if cancelled:
+                message = f"{spec.name}: {exc}"
+            elif isinstance(exc, CommandError):
+                message = str(exc)
+            else:
+                message = f"{spec.name} failed: {type(exc).__name__}: {exc}"
+            shown = None if isinstance(exc, CommandError | CommandCancelled) else exc
+            # State first, reply last: whoever waits for the reply (or the task) sees the
+            # final status, and may start the next exclusive command at once.
+            if cancelled:
+                self.status = "idle"
+            else:
+                self._report_error(ctx.request_id, message, shown)
+            self._end(task, None, exc)
+            tb = "".join(traceback.format_exception(shown)) if shown is not None else ""
+            self._send_error_reply(ctx.request_id, message, tb, cancelled=cancelled)
         else:
-            # State first, reply last: whoever waits for the reply sees the final status.
             self.status = "idle"
+            self._end(task, data, None)
             self._send_message(
                 {"kind": "result", "id": ctx.request_id, "data": data if data is not None else {}}
             )
-        finally:
-            self._running.pop(ctx.request_id, None)
+
+    def _end(self, task: CommandTask, result: Any, exception: BaseException | None) -> None:
+        self._release(task)
+        task._finish(result, exception)
 
     def _reply_error(
         self,
@@ -225,6 +518,9 @@ class VinlensWidget(anywidget.AnyWidget):
         if not cancelled:
             self._report_error(request_id, message, exc)
         tb = "".join(traceback.format_exception(exc)) if exc is not None else ""
+        self._send_error_reply(request_id, message, tb, cancelled=cancelled)
+
+    def _send_error_reply(self, request_id: str, message: str, tb: str, *, cancelled: bool) -> None:
         self._send_message(
             {
                 "kind": "error",
@@ -251,9 +547,6 @@ class VinlensWidget(anywidget.AnyWidget):
         The reply is the same dict the browser receives (``kind`` is ``result`` or
         ``error``). Background commands are waited for up to ``timeout`` seconds.
         """
-        import time
-        import uuid
-
         request_id = uuid.uuid4().hex
         self._dispatch(
             {"kind": "command", "id": request_id, "name": name, "args": dict(args or {})}
@@ -266,3 +559,52 @@ class VinlensWidget(anywidget.AnyWidget):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"command {name!r} did not answer within {timeout}s")
             time.sleep(0.01)
+
+
+class BrowserSafeState(VinlensWidget):
+    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
+
+    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
+    would raise there. Here it becomes the widget's error message and the old value stays.
+    """
+
+    def set_state(self, sync_data: Any) -> None:
+        try:
+            super().set_state(sync_data)
+        except Exception as exc:
+            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
+            self._report_error("", f"ignored a browser update of {names}: {exc}")
+
+    def _from_browser(self, name: str) -> bool:
+        """True while ipywidgets applies a browser update of traitlet ``name``."""
+        return name in (getattr(self, "_property_lock", None) or {})
+
+
+class TableExport:
+    """``to_rows`` / ``to_dataframe`` / ``export`` of the one table a widget shows.
+
+    A widget lists its table's records in :meth:`_export_records` (engine records, e.g.
+    the ``ModuleMetadata`` of every module); the three methods hand them to
+    :mod:`vinlens.export`, so every widget exports the same way as a script does.
+    """
+
+    def _export_records(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per row of the table shown (the engine record's fields)."""
+        from vinlens.export import to_rows
+
+        return to_rows(self._export_records())
+
+    def to_dataframe(self) -> Any:
+        """The table shown as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
+        from vinlens.export import to_dataframe
+
+        return to_dataframe(self._export_records())
+
+    def export(self, path: str | Path) -> Path:
+        """Write the table shown to ``path`` as CSV, JSON or Parquet, chosen by the suffix."""
+        from vinlens.export import export
+
+        return export(self._export_records(), path)

@@ -1,7 +1,8 @@
 """The one place where engine records become what crosses to the browser.
 
 Small records become JSON-safe dicts: dataclasses to dicts, enums by value, tuples to
-lists, and non-finite floats made explicit as ``{"$float": "NaN" | "Infinity" |
+lists, text that is not valid Unicode (a Latin-1 tar member name) readably as
+:func:`vinlens.export.display_text`, and non-finite floats made explicit as ``{"$float": "NaN" | "Infinity" |
 "-Infinity"}`` because JSON has no spelling for them and Jupyter's serializer would
 otherwise either fail or silently write ``NaN`` that strict parsers reject.
 
@@ -29,6 +30,8 @@ from pathlib import PurePath
 from typing import Any
 
 import numpy as np
+
+from vinlens.export import display_text
 
 _SUPPORTED_NUMERIC = {
     "bool",
@@ -59,7 +62,9 @@ def to_jsonable(value: Any) -> Any:
     dicts, lists, strings, numbers, booleans or None. Unknown objects are refused rather
     than stringified, so a record that grows a field of a new type fails loudly here.
     """
-    if value is None or isinstance(value, bool | str):
+    if isinstance(value, str):
+        return display_text(value)
+    if value is None or isinstance(value, bool):
         return value
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)
@@ -74,11 +79,11 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, PurePath):
-        return str(value)
+        return display_text(str(value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {display_text(str(k)): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_jsonable(v) for v in value]
     raise TypeError(
@@ -117,8 +122,11 @@ def encode_array(array: np.ndarray) -> dict[str, Any]:
 
 
 def encode_string_column(values: Iterable[str | None]) -> tuple[bytes, bytes]:
-    """Arrow-style string column: (uint32 offsets, utf-8 data). None becomes ''."""
-    encoded = [("" if v is None else str(v)).encode("utf-8") for v in values]
+    """Arrow-style string column: (uint32 offsets, utf-8 data). None becomes ''.
+
+    Text that is not valid Unicode (non-UTF-8 names) is sent as :func:`display_text`.
+    """
+    encoded = [display_text("" if v is None else str(v)).encode("utf-8") for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype="<u4")
     if encoded:
         np.cumsum([len(b) for b in encoded], out=offsets[1:])

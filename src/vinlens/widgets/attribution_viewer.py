@@ -18,7 +18,6 @@ layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` an
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,25 +28,29 @@ import traitlets
 from torch import nn
 
 from vinlens.attribution import (
+    CAMERA_PLACEHOLDER,
     CameraAttribution,
     CameraExplanationTarget,
     ImageLike,
+    MapFlatness,
     VisionCaptureMode,
     camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
     explain_cameras,
     layer_choices,
+    map_flatness,
     method_labels,
 )
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
     command,
     widget_asset,
 )
-from vinlens.widgets._payload import encode_array
+from vinlens.widgets._payload import encode_array, to_jsonable
+from vinlens.widgets._selection import NO_CHANGE, ModuleSelection, SelectionLink
 
 __all__ = ["AttributionViewerWidget"]
 
@@ -57,11 +60,13 @@ COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
 
+_BUSY = "an explanation is already running for this viewer; wait for it or cancel it."
+
 Score = Callable[[Any], torch.Tensor]
 Forward = Callable[[dict[str, torch.Tensor]], Any]
 
 
-class AttributionViewerWidget(VinlensWidget):
+class AttributionViewerWidget(BrowserSafeState):
     """Show what each camera of a multi-camera model looks at, as heatmaps over its image.
 
     Args:
@@ -83,6 +88,11 @@ class AttributionViewerWidget(VinlensWidget):
         colormap, opacity, scale, view: Initial display state.
         forward: How to run the model on the image dict, when not ``model(inputs)``.
         compute: Explain right away (synchronously) so the widget opens with maps.
+        selection: A :class:`~vinlens.widgets.ModuleSelection` shared with a module table,
+            snapshot browser or health view: a module picked there that is a layer choice
+            here (or one camera's module of a ``{camera}`` layer) becomes the layer in the
+            chooser, and a layer chosen here picks its modules there. Without it the viewer
+            has a selection of its own (``.selection``).
 
     Raises:
         ValueError: On images that are not one image per camera, a target that names a
@@ -98,10 +108,12 @@ class AttributionViewerWidget(VinlensWidget):
     attributions = traitlets.Dict().tag(sync=True)
     methods = traitlets.List(traitlets.Dict()).tag(sync=True)
     capture_modes = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    layers = traitlets.List(traitlets.Dict()).tag(sync=True)
     layer_choices = traitlets.Dict().tag(sync=True)
     explicit_targets = traitlets.Bool(False).tag(sync=True)
     method = traitlets.Unicode("grad_cam").tag(sync=True)
     layer = traitlets.Unicode("").tag(sync=True)
+    selected_layer = traitlets.Unicode("").tag(sync=True)
     capture_mode = traitlets.Unicode(VisionCaptureMode.DEDICATED_LAYER.value).tag(sync=True)
     target_class = traitlets.Int(None, allow_none=True).tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
@@ -128,6 +140,7 @@ class AttributionViewerWidget(VinlensWidget):
         view: str = "grid",
         forward: Forward | None = None,
         compute: bool = True,
+        selection: ModuleSelection | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
@@ -144,8 +157,6 @@ class AttributionViewerWidget(VinlensWidget):
             except CommandError as exc:
                 raise ValueError(str(exc)) from None
         self._model = model
-        # One explanation at a time: two runs would hook the same modules concurrently.
-        self._explain_lock = threading.Lock()
         self._inputs = _model_inputs(images)
         keys = list(self._inputs)
         self._score = score
@@ -170,6 +181,7 @@ class AttributionViewerWidget(VinlensWidget):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
+        layers = _layer_options(model, keys)
         super().__init__(
             camera_keys=keys,
             images={
@@ -177,10 +189,12 @@ class AttributionViewerWidget(VinlensWidget):
             },
             methods=[{"value": k, "label": v} for k, v in METHOD_LABELS.items()],
             capture_modes=list(CAPTURE_MODES),
-            layer_choices=_layer_choices(model, keys),
+            layers=layers,
+            layer_choices=_choices_by_mode(layers),
             explicit_targets=self._python_targets is not None,
             method=_check_choice("method", method, tuple(METHOD_LABELS)),
             layer=layer if isinstance(layer, str) else "",
+            selected_layer=layer if isinstance(layer, str) else "",
             capture_mode=mode,
             target_class=target_class,
             target_label=_score_label(score, target_class),
@@ -195,6 +209,14 @@ class AttributionViewerWidget(VinlensWidget):
                 self._targets_for(layer, mode)
             except CommandError as exc:
                 raise ValueError(str(exc)) from None
+        self.selection = ModuleSelection() if selection is None else selection
+        self._selection_link = SelectionLink(
+            self.selection,
+            self,
+            "selected_layer",
+            to_owner=self._layer_for_modules,
+            from_owner=self._modules_for_layer,
+        )
         if compute and (layer is not None or targets is not None):
             reply = self.run_command("explain", {})
             if reply["kind"] == "error":
@@ -214,6 +236,15 @@ class AttributionViewerWidget(VinlensWidget):
     def _valid_view(self, proposal: Any) -> str:
         return _check_trait("view", proposal["value"], ("grid", "single"))
 
+    @traitlets.validate("selected_layer")
+    def _valid_selected_layer(self, proposal: Any) -> str:
+        value = proposal["value"]
+        if value == "" or value == self.layer or value in {c["path"] for c in self.layers}:
+            return str(value)
+        raise traitlets.TraitError(
+            f"selected_layer={value!r} is not one of this viewer's layer choices."
+        )
+
     @traitlets.validate("opacity")
     def _valid_opacity(self, proposal: Any) -> float:
         value = float(proposal["value"])
@@ -231,6 +262,11 @@ class AttributionViewerWidget(VinlensWidget):
     def maps(self) -> dict[str, np.ndarray]:
         """Camera key -> raw (not normalised) map at the camera image's size, float32 [H, W]."""
         return {key: _image_map(record).copy() for key, record in self._records.items()}
+
+    @property
+    def flatness(self) -> dict[str, MapFlatness]:
+        """Camera key -> how flat its raw map is next to the other cameras' (the mark on screen)."""
+        return _flatness(self._records)
 
     @property
     def layer_maps(self) -> dict[str, np.ndarray]:
@@ -306,18 +342,9 @@ class AttributionViewerWidget(VinlensWidget):
         return written
 
     # -- commands ------------------------------------------------------------------------
-    @command("explain", background=True)
+    # Exclusive: two runs at once would hook the same modules concurrently.
+    @command("explain", background=True, exclusive=True, busy=_BUSY)
     def _explain(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if not self._explain_lock.acquire(blocking=False):
-            raise CommandError(
-                "an explanation is already running for this viewer; wait for it or cancel it."
-            )
-        try:
-            return self._explain_locked(args, ctx)
-        finally:
-            self._explain_lock.release()
-
-    def _explain_locked(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         method = _check_arg_choice("method", args.get("method", self.method), tuple(METHOD_LABELS))
         mode = _check_arg_choice(
             "capture_mode", args.get("capture_mode", self.capture_mode), CAPTURE_MODES
@@ -365,11 +392,32 @@ class AttributionViewerWidget(VinlensWidget):
             self.method = method
             self.capture_mode = mode
             self.layer = layer or ""
+            self.selected_layer = layer or ""
             self.target_class = target_class
+            flatness = _flatness(self._records)
             self.attributions = {
-                key: _record_payload(record) for key, record in self._records.items()
+                key: _record_payload(record, flatness[key]) for key, record in self._records.items()
             }
         return {"cameras": list(records)}
+
+    # -- linked selection ------------------------------------------------------------------
+    def _layer_for_modules(self, paths: list[str]) -> Any:
+        """The layer choice for the latest picked module that is one (else keep the chooser)."""
+        choices = [c["path"] for c in self.layers if c["modes"]]
+        for path in reversed(paths):
+            for choice in choices:
+                if path in self._modules_for_layer(choice):
+                    return choice
+        return NO_CHANGE
+
+    def _modules_for_layer(self, layer: Any) -> list[str]:
+        """The module paths a layer choice reads: one per camera for a ``{camera}`` template."""
+        if not layer:
+            return []
+        layer = str(layer)
+        if CAMERA_PLACEHOLDER in layer:
+            return [layer.replace(CAMERA_PLACEHOLDER, key) for key in self.camera_keys]
+        return [layer]
 
     # -- helpers ---------------------------------------------------------------------------
     def _check_cameras(self, cameras: Any) -> list[str]:
@@ -450,24 +498,38 @@ def _image_map(record: CameraAttribution) -> np.ndarray:
     return np.asarray(record.upsampled_map, dtype=np.float32)
 
 
-def _record_payload(record: CameraAttribution) -> dict[str, Any]:
+def _flatness(records: Mapping[str, CameraAttribution]) -> dict[str, MapFlatness]:
+    # Judged across every camera on screen, so a recompute of some cameras re-judges all.
+    return map_flatness({key: (r.raw_min, r.raw_max) for key, r in records.items()})
+
+
+def _record_payload(record: CameraAttribution, flatness: MapFlatness) -> dict[str, Any]:
     """What the browser needs of one record: the image-sized raw map plus its labels."""
     values = _image_map(record)
     layer_shape = list(record.layer_shape)
     target = record.target
-    return {
-        "camera_key": record.camera_key,
-        "method": record.method,
-        "method_label": METHOD_LABELS.get(record.method, record.method),
-        "layer": target.target.module_path,
-        "capture_mode": target.capture_mode,
-        "target": _describe_target(target),
-        "score": float(record.score),
-        "map": encode_array(values),
-        "layer_shape": layer_shape,
-        "min": record.raw_min,
-        "max": record.raw_max,
-    }
+    # Through to_jsonable so a NaN or infinite score or range arrives as an explicit value.
+    payload: dict[str, Any] = to_jsonable(
+        {
+            "camera_key": record.camera_key,
+            "method": record.method,
+            "method_label": METHOD_LABELS.get(record.method, record.method),
+            "layer": target.target.module_path,
+            "capture_mode": target.capture_mode,
+            "target": _describe_target(target),
+            "score": float(record.score),
+            "map": values,
+            "layer_shape": layer_shape,
+            "min": record.raw_min,
+            "max": record.raw_max,
+            "span": flatness.span,
+            "relative_span": flatness.relative_span,
+            "largest_camera": flatness.largest_camera,
+            "flat": flatness.flat,
+            "flat_reason": flatness.reason,
+        }
+    )
+    return payload
 
 
 def _describe_target(target: CameraExplanationTarget) -> str:
@@ -477,6 +539,24 @@ def _describe_target(target: CameraExplanationTarget) -> str:
     if target.stacked_camera_index is not None:
         out += f", slice {target.stacked_camera_index}/{target.stacked_camera_count}"
     return out + ")"
+
+
+def _choices_by_mode(layers: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """The layer options per capture mode (what ``layer_choices`` holds)."""
+    return {
+        mode: [{"path": c["path"], "type": c["type"]} for c in layers if mode in c["modes"]]
+        for mode in CAPTURE_MODES
+    }
+
+
+def _layer_options(model: nn.Module, keys: list[str]) -> list[dict[str, Any]]:
+    """Every layer choice with the capture modes it can be read in, in module order."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for mode, choices in _layer_choices(model, keys).items():
+        for choice in choices:
+            entry = by_path.setdefault(choice["path"], {**choice, "modes": []})
+            entry["modes"].append(mode)
+    return list(by_path.values())
 
 
 def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import traitlets
 from pydantic import BaseModel
 
-from vinlens.widgets._base import command, widget_asset
+from vinlens.widgets._base import BrowserSafeState, TableExport, command, widget_asset
 from vinlens.widgets._payload import to_jsonable
-from vinlens.widgets.module_table import BrowserSafeState
 
 __all__ = ["ConfigTreeWidget", "config_tree_payload"]
 
@@ -61,7 +59,7 @@ def config_tree_payload(spec: Any) -> dict[str, Any]:
     return {"config_type": spec.config_type, "target_type": spec.target_type, "fields": fields}
 
 
-class ConfigTreeWidget(BrowserSafeState):
+class ConfigTreeWidget(BrowserSafeState, TableExport):
     """Show ``config`` (a ``pydantic.BaseModel``) as a searchable tree; nothing is constructed.
 
     ``query`` is the search text (synced both ways). ``refresh()`` re-inspects the
@@ -101,21 +99,5 @@ class ConfigTreeWidget(BrowserSafeState):
         self.refresh()
         return {"field_count": len(self._structure.fields)}
 
-    # -- export ----------------------------------------------------------------------------
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per configuration field (``ConfigFieldSpec`` fields)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self._structure.fields)
-
-    def to_dataframe(self) -> Any:
-        """The fields as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self._structure.fields)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the fields to CSV, JSON or Parquet, chosen by the suffix."""
-        from vinlens.export import export
-
-        return export(self._structure.fields, path)
+    def _export_records(self) -> Any:
+        return self._structure.fields

@@ -17,7 +17,6 @@ generation the coverage was computed against; a store replaced since then is ref
 
 from __future__ import annotations
 
-import html
 import io
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import traitlets
 
+from vinlens.export import display_text
 from vinlens.store.access import open_store_access
 from vinlens.store.coverage import (
     VinOfflineCoverageSceneDiagnostic,
@@ -46,14 +46,16 @@ from vinlens.store.reader import (
 )
 from vinlens.store.tarscan import TarScanError, list_tar_member_names
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
+    TableExport,
     command,
+    reject_unknown_kwargs,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
-from vinlens.widgets._store_common import BackgroundJob, reject_unknown_kwargs, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -106,7 +108,7 @@ def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
     }
 
 
-class CoverageHeatmapWidget(VinlensWidget):
+class CoverageHeatmapWidget(BrowserSafeState, TableExport):
     """Per-scene raw-dataset coverage of a store as a heatmap, with per-scene snippet lists.
 
     ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path;
@@ -159,12 +161,10 @@ class CoverageHeatmapWidget(VinlensWidget):
         self._store_by_scene: dict[str, set[str]] = {}
         self._raw_by_scene: dict[str, set[str]] | None = None
         self._index_lock = threading.Lock()
-        self._job = BackgroundJob(
-            self, name="a coverage scan", id_prefix="scan", failure="coverage failed"
-        )
+        self._acq = AcquisitionState(self)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self._job.start("construction", self._scan)
+        self.start_command("rescan", trigger="construction", id_prefix="scan")
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -178,44 +178,28 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     def wait(self, timeout: float | None = None) -> VinOfflineCoverageStats:
         """Block until the running scan ends; return the record or raise its error."""
-        self._job.wait(timeout, f"coverage of {self._config.store_dir}")
+        self._acq.wait(timeout, f"coverage of {self._config.store_dir}")
         if self._record is None:
             raise RuntimeError(f"no coverage was computed for {self._config.store_dir}")
         return self._record
 
     def rescan(self) -> None:
         """Scan the raw tars again in the background (e.g. after the store was rebuilt)."""
-        self._job.start("rescan()", self._scan)
-
-    def to_rows(self) -> list[dict[str, Any]]:
-        """The per-scene table, one dict per scene (the engine's per-scene records)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self._require_record().per_scene)
-
-    def to_dataframe(self) -> Any:
-        """The per-scene table as a pandas DataFrame (``vinlens[export]`` extra)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self._require_record().per_scene)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the per-scene table to ``path`` (.csv, .json or .parquet by suffix)."""
-        from vinlens.export import export
-
-        return export(self._require_record().per_scene, path)
+        self.start_command("rescan", trigger="rescan()", id_prefix="scan")
 
     def scene_snippets(self, scene_id: str) -> dict[str, Any]:
         """Missing and outside snippet ids of one scene (see the module docstring)."""
         return self._scene_snippets(scene_id, None)
 
     # -- commands ----------------------------------------------------------------------
-    @command("rescan", background=True)
+    @command(
+        "rescan",
+        background=True,
+        exclusive=True,
+        busy="a coverage scan is already running; wait for it or cancel it",
+    )
     def _rescan_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        record = self._job.run_command(
-            "a coverage scan is already running; wait for it or cancel it",
-            lambda: self._scan(ctx, "refresh"),
-        )
+        record = self._scan(ctx, ctx.trigger)
         return {"scenes": len(record.per_scene)}
 
     @command("scene_snippets", background=True)
@@ -239,6 +223,9 @@ class CoverageHeatmapWidget(VinlensWidget):
         return {"filename": f"{name}-coverage.csv", "text": text}
 
     # -- scanning ----------------------------------------------------------------------
+    def _export_records(self) -> list[VinOfflineCoverageSceneDiagnostic]:
+        return list(self._require_record().per_scene)
+
     def _require_record(self) -> VinOfflineCoverageStats:
         if self._record is None:
             raise CommandError(
@@ -248,13 +235,13 @@ class CoverageHeatmapWidget(VinlensWidget):
 
     def _progress(self, ctx: CommandContext, trigger: str, step: str) -> Callable[[int, int], None]:
         def report(done: int, total: int) -> None:
-            self.acquisition = self._job.running(ctx, trigger, step, done, total)
+            self.acquisition = self._acq.running(ctx, trigger, step, done, total)
             ctx.progress(done, total)  # raises CommandCancelled between two tars
 
         return report
 
     def _scan(self, ctx: CommandContext, trigger: str) -> VinOfflineCoverageStats:
-        with self._job.outcome(ctx, trigger):
+        with self._acq.outcome(ctx, trigger):
             progress = self._progress(ctx, trigger, "scanning raw tar headers")
             progress(0, 0)
             generation = capture_store_generation(self._config)
@@ -286,21 +273,32 @@ class CoverageHeatmapWidget(VinlensWidget):
                 self._store_by_scene = dict(store_by_scene)
                 self._raw_by_scene = None
             self.coverage = coverage_payload(record)
-            self._job.finish(ctx, trigger, "done")
+            self._acq.finish(ctx, trigger, "done")
             self.status = "idle"
             return record
 
     # -- per-scene snippet lists -------------------------------------------------------
     def _scene_row(self, scene_id: str) -> VinOfflineCoverageSceneDiagnostic:
+        """The row of ``scene_id``, given as recorded or as the browser shows it.
+
+        A scene id that is not valid UTF-8 crosses to the browser as its
+        :func:`~vinlens.export.display_text`; a click sends that form back.
+        """
         record = self._require_record()
         for row in record.per_scene:
             if row.scene_id == scene_id:
                 return row
-        raise CommandError(f"scene {scene_id!r} is in neither the store nor the raw dataset")
+        for row in record.per_scene:
+            if display_text(row.scene_id) == scene_id:
+                return row
+        raise CommandError(
+            f"scene {display_text(scene_id)!r} is in neither the store nor the raw dataset"
+        )
 
     def _scene_snippets(self, scene_id: str, ctx: CommandContext | None) -> dict[str, Any]:
         record = self._require_record()
         row = self._scene_row(scene_id)
+        scene_id = row.scene_id
         missing = sorted(s for sc, s in record.missing_examples if sc == scene_id)
         outside = sorted(s for sc, s in record.outside_examples if sc == scene_id)
         source = "record"
@@ -384,7 +382,6 @@ class CoverageHeatmapWidget(VinlensWidget):
         return buffer.getvalue()
 
     def _repr_html_(self) -> str:
-        esc = html.escape
         record = self._record
         if record is None:
             state = self.acquisition.get("state", "")

@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.widgets._base import VinlensWidget, command, widget_asset
+from vinlens.model_inspection import ROOT_PATH
+from vinlens.widgets._base import BrowserSafeState, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table
+from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
 
 __all__ = ["ModuleTableState", "ModuleTableWidget", "module_table_payload"]
-
-ROOT_PATH = "<root>"
 
 
 def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -36,6 +35,8 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
     Rows keep ``inspect_model`` order, which is ``named_modules`` pre-order, so a module's
     subtree is the contiguous row range ``[i, subtree_end[i])``; the range is computed
     here from the paths so the browser never has to trust the order.
+    ``subtree_parameters`` sums ``direct_parameters`` over that range (a parameter
+    registered directly on two modules, as tied weights are, counts under both).
     """
     modules = metadata.modules
     n = len(modules)
@@ -58,6 +59,11 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
         open_rows.append(i)
     for i in open_rows:
         subtree_end[i] = n
+    direct = np.fromiter((m.direct_parameters for m in modules), np.int64, n)
+    # A subtree is a contiguous row range, so its total is a difference of prefix sums.
+    prefix = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(direct, out=prefix[1:])
+    subtree_parameters = prefix[subtree_end] - prefix[:n]
     types = sorted({m.module_type for m in modules})
     type_code = {name: code for code, name in enumerate(types)}
     table = encode_table(
@@ -65,7 +71,8 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
             "path": paths,
             "type": np.fromiter((type_code[m.module_type] for m in modules), np.int32, n),
             # int64 counts cross as int32 when they fit, else float64 (see _payload)
-            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.int64, n),
+            "direct_parameters": direct,
+            "subtree_parameters": subtree_parameters,
             "trainable_parameters": np.fromiter(
                 (m.trainable_parameters for m in modules), np.int64, n
             ),
@@ -87,34 +94,6 @@ def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]
     return table, summary
 
 
-class BrowserSafeState(VinlensWidget):
-    """A widget whose synced traitlets may be written by a browser without risk to the kernel.
-
-    ipywidgets validates browser updates inside the comm handler; a hostile or stale value
-    would raise there. Here it becomes the widget's error message and the old value stays.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        # traitlets only warns about unknown keywords; a typo should fail where it is made.
-        unknown = sorted(set(kwargs) - set(type(self).class_trait_names()))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(unknown)}"
-            )
-        super().__init__(**kwargs)
-
-    def set_state(self, sync_data: Any) -> None:
-        try:
-            super().set_state(sync_data)
-        except Exception as exc:
-            names = ", ".join(sorted(sync_data)) if isinstance(sync_data, Mapping) else "?"
-            self._report_error("", f"ignored a browser update of {names}: {exc}")
-
-    def _from_browser(self, name: str) -> bool:
-        """True while ipywidgets applies a browser update of traitlet ``name``."""
-        return name in (getattr(self, "_property_lock", None) or {})
-
-
 class ModuleTableState(BrowserSafeState):
     """Traitlets and selection rules of a module table; shared with the snapshot browser."""
 
@@ -122,6 +101,22 @@ class ModuleTableState(BrowserSafeState):
     model_summary = traitlets.Dict().tag(sync=True)
     selected_paths = traitlets.List(traitlets.Any()).tag(sync=True)
     tree_view = traitlets.Bool(True).tag(sync=True)
+
+    selection: ModuleSelection
+    _selection_link: SelectionLink | None = None
+
+    def _use_selection(self, selection: ModuleSelection | None) -> None:
+        """Share ``selection`` (or a new one of this widget's own) with ``selected_paths``.
+
+        Paths of the shared selection that this model does not have are left out of
+        ``selected_paths`` and kept in the selection.
+        """
+        if self._selection_link is not None:
+            self._selection_link.unlink()
+        self.selection = ModuleSelection() if selection is None else selection
+        self._selection_link = link_selection(
+            self.selection, self, "selected_paths", known=lambda p: p in self._path_index
+        )
 
     def _set_metadata(self, metadata: Any, *, send_table: bool = True) -> None:
         self._metadata = metadata
@@ -181,11 +176,14 @@ def _inspect(model: nn.Module) -> Any:
     return inspect_model(model)
 
 
-class ModuleTableWidget(ModuleTableState):
+class ModuleTableWidget(ModuleTableState, TableExport):
     """The registered modules of ``model``: tree or flat, sortable, filterable, selectable.
 
-    ``selected_paths`` is synced both ways; other widgets (the snapshot browser) can link
-    to it. ``refresh()`` re-inspects the model, e.g. after ``model.eval()``.
+    ``selected_paths`` is synced both ways with the browser and with ``selection``, a
+    :class:`~vinlens.widgets.ModuleSelection` that other widgets (snapshot browser, health
+    view, attribution viewer) can share, so a module picked in one is picked in all; by
+    default the table has a selection of its own. ``refresh()`` re-inspects the model,
+    e.g. after ``model.eval()``.
     """
 
     _esm = widget_asset("module_table.js")
@@ -197,6 +195,7 @@ class ModuleTableWidget(ModuleTableState):
         *,
         selected_paths: Iterable[str] = (),
         tree_view: bool = True,
+        selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
         metadata = _inspect(model)
@@ -204,6 +203,7 @@ class ModuleTableWidget(ModuleTableState):
         self.model = model
         self._set_metadata(metadata)
         self.selected_paths = list(selected_paths)
+        self._use_selection(selection)
 
     @property
     def metadata(self) -> Any:
@@ -221,21 +221,5 @@ class ModuleTableWidget(ModuleTableState):
         self.refresh()
         return {"module_count": len(self._metadata.modules)}
 
-    # -- export ----------------------------------------------------------------------------
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per module (``ModuleMetadata`` fields)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self._metadata.modules)
-
-    def to_dataframe(self) -> Any:
-        """The module table as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self._metadata.modules)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the module table to CSV, JSON or Parquet, chosen by the suffix."""
-        from vinlens.export import export
-
-        return export(self._metadata.modules, path)
+    def _export_records(self) -> Any:
+        return self._metadata.modules

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.widgets._base import CommandError, command, widget_asset
+from vinlens.widgets._base import BrowserSafeState, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_array, encode_table
+from vinlens.widgets._selection import ModuleSelection
 from vinlens.widgets.module_table import (
-    BrowserSafeState,
     ModuleTableState,
     ModuleTableWidget,
     _inspect,
@@ -53,7 +53,7 @@ def parse_limits(raw: Any) -> Any:
     """A ``CaptureLimits`` from a ``CaptureLimits``, a mapping of its fields, or None.
 
     Missing fields keep their defaults; unknown fields and non-positive or non-integer
-    values are errors naming the field (the engine's own validation).
+    values are errors naming the field (``CaptureLimits.from_mapping``).
     """
     from vinlens.model_inspection import CaptureLimits
 
@@ -61,23 +61,55 @@ def parse_limits(raw: Any) -> Any:
         return CaptureLimits()
     if isinstance(raw, CaptureLimits):
         return raw
-    if not isinstance(raw, Mapping):
-        raise TypeError(
-            f"limits must be a CaptureLimits, a mapping of its fields or None, "
-            f"got {type(raw).__module__}.{type(raw).__qualname__}"
-        )
-    fields = _limit_fields()
-    unknown = [str(k) for k in raw if k not in fields]
-    if unknown:
-        raise ValueError(
-            f"unknown capture limit(s) {', '.join(map(repr, unknown))}; "
-            f"expected some of {', '.join(fields)}"
-        )
-    return CaptureLimits(**{str(k): v for k, v in raw.items()})
+    return CaptureLimits.from_mapping(raw)
 
 
 def _limits_dict(limits: Any) -> dict[str, int]:
     return {name: int(getattr(limits, name)) for name in _limit_fields()}
+
+
+def _quota_used_up(capture: Any) -> bool:
+    limits = getattr(capture, "limits", None)
+    if limits is None:
+        return False
+    return bool(
+        len(capture.snapshots) >= limits.max_tensors or capture.sampled_bytes >= limits.max_bytes
+    )
+
+
+def _silent_modules_warning(capture: Any, module_paths: Sequence[str] | None) -> str | None:
+    """Why a capture that raised nothing still shows less than asked for, or None.
+
+    A capture hooks the modules of the model the widget was built with; a ``run`` that
+    drives another object (``model`` re-assigned after re-running a cell) calls none of
+    them, and the capture is empty without any error. Selected modules without a
+    snapshot ran no forward while hooked, unless the quotas ran out first.
+    """
+    seen = {s.module_path for s in capture.snapshots}
+    if not seen:
+        which = (
+            "no module of the model"
+            if not module_paths
+            else f"none of the selected modules ({_path_list(module_paths)})"
+        )
+        return (
+            f"run() finished, but {which} ran while hooked: 0 tensors captured. If `model` "
+            "was re-assigned after this browser was built, run() calls the new object; "
+            "build the browser again with the model that run() uses."
+        )
+    if module_paths and not _quota_used_up(capture):
+        silent = [p for p in module_paths if p not in seen]
+        if silent:
+            return (
+                f"{len(silent)} of {len(module_paths)} selected modules did not run during "
+                f"run(): {_path_list(silent)}"
+            )
+    return None
+
+
+def _path_list(paths: Sequence[str], shown: int = 5) -> str:
+    head = ", ".join(paths[:shown])
+    return head + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
 def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
@@ -109,7 +141,7 @@ def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
     return {"table": table, "values": encode_array(flat)}
 
 
-class SnapshotView(BrowserSafeState):
+class SnapshotView(BrowserSafeState, TableExport):
     """Traitlets and export of a snapshot table (shared by the browser and the read-only view)."""
 
     snapshot_table = traitlets.Dict().tag(sync=True)
@@ -127,9 +159,15 @@ class SnapshotView(BrowserSafeState):
         except (TypeError, ValueError) as exc:
             raise traitlets.TraitError(f"invalid capture limits: {exc}") from exc
 
-    def _publish(self, capture: Any, error: BaseException | None) -> None:
+    def _publish(
+        self,
+        capture: Any,
+        error: BaseException | None,
+        module_paths: Sequence[str] | None = None,
+    ) -> None:
         snapshots = capture.snapshots
         limits = getattr(capture, "limits", None)
+        warning = _silent_modules_warning(capture, module_paths) if error is None else None
         with self.hold_sync():
             self.capture_summary = {
                 "tensors": len(snapshots),
@@ -137,8 +175,9 @@ class SnapshotView(BrowserSafeState):
                 "sampled_bytes": int(capture.sampled_bytes),
                 "max_bytes": None if limits is None else limits.max_bytes,
                 "modules": len({s.module_path for s in snapshots}),
-                "ok": error is None,
+                "ok": error is None and warning is None,
                 "error": None if error is None else f"{type(error).__name__}: {error}",
+                "warning": warning,
             }
             self.snapshot_table = snapshot_table_payload(snapshots)
 
@@ -152,23 +191,8 @@ class SnapshotView(BrowserSafeState):
         """The ``TensorSnapshot`` records shown (empty before the first capture)."""
         return () if self._capture is None else tuple(self._capture.snapshots)
 
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per snapshot (``TensorSnapshot`` fields)."""
-        from vinlens.export import to_rows
-
-        return to_rows(self.snapshots)
-
-    def to_dataframe(self) -> Any:
-        """The snapshots as a ``pandas.DataFrame`` (needs ``vinlens[export]``)."""
-        from vinlens.export import to_dataframe
-
-        return to_dataframe(self.snapshots)
-
-    def export(self, path: str | Path) -> Path:
-        """Write the snapshots to CSV, JSON or Parquet, chosen by the suffix."""
-        from vinlens.export import export
-
-        return export(self.snapshots, path)
+    def _export_records(self) -> Any:
+        return self.snapshots
 
 
 class SnapshotTableWidget(SnapshotView):
@@ -199,8 +223,11 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         run: zero-argument callable doing an ordinary forward pass of ``model``.
         limits: a ``CaptureLimits`` (or a mapping of its fields); None for defaults.
         module_table: a ``ModuleTableWidget`` of the same model whose selection drives the
-            capture (linked both ways); without it the browser embeds its own table.
+            capture (they share ``module_table.selection``); without it the browser embeds
+            its own table.
         module_paths: initially selected module paths.
+        selection: a :class:`~vinlens.widgets.ModuleSelection` shared with other widgets;
+            by default the browser has one of its own (or the linked table's).
 
     An empty selection captures every module (``module_paths=None``), bounded by the
     quotas as always.
@@ -217,6 +244,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         *,
         module_table: ModuleTableWidget | None = None,
         module_paths: Sequence[str] = (),
+        selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
         metadata = _inspect(model)
@@ -241,9 +269,14 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         self._set_metadata(metadata, send_table=module_table is None)
         self.selected_paths = list(module_paths)
         if module_table is not None:
-            if not module_paths:
-                self.selected_paths = list(module_table.selected_paths)
-            self._link = traitlets.link((module_table, "selected_paths"), (self, "selected_paths"))
+            if selection is not None and selection is not module_table.selection:
+                raise ValueError(
+                    "give either module_table or selection, or the table's own selection"
+                )
+            selection = module_table.selection
+            if module_paths:
+                selection.paths = [str(p) for p in self.selected_paths]
+        self._use_selection(selection)
         self.snapshot_table = snapshot_table_payload(())
 
     def capture(
@@ -257,7 +290,11 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         """
         paths = self._checked_paths(self.selected_paths if module_paths is None else module_paths)
         chosen = parse_limits(self.limits if limits is None else limits)
-        return tuple(self._capture_with(paths, chosen).snapshots)
+        snapshots = tuple(self._capture_with(paths, chosen).snapshots)
+        warning = self.capture_summary.get("warning")
+        if warning:
+            warnings.warn(warning, RuntimeWarning, stacklevel=2)
+        return snapshots
 
     def _checked_paths(self, module_paths: Any) -> list[str] | None:
         if isinstance(module_paths, str) or not isinstance(module_paths, Sequence):
@@ -284,7 +321,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
             capture.close()  # idempotent: the context already removed its hooks
         self._capture = capture
         self.limits = _limits_dict(limits)
-        self._publish(capture, failure)
+        self._publish(capture, failure, module_paths)
         if failure is not None:
             self._report_error("", f"run() raised {type(failure).__name__}: {failure}", failure)
             raise failure
@@ -293,7 +330,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         self.status = "idle"
         return capture
 
-    @command("capture")
+    @command("capture", exclusive=True, busy="a capture is already running")
     def _capture_command(self, args: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
         try:
             paths = self._checked_paths(args.get("module_paths", self.selected_paths))

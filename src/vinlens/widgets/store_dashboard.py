@@ -25,14 +25,12 @@ mean, max, Pearson r of the pairs) is computed in the kernel.
 
 from __future__ import annotations
 
-import html
 import io
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import traitlets
@@ -41,7 +39,10 @@ from vinlens.store.diagnostics import (
     VinOfflineDatasetStats,
     VinOfflineDatasetStatsRequest,
     capture_vin_offline_dataset_stats_request,
+    check_max_samples,
+    dashboard_problems,
     inspect_vin_offline_dataset_stats_with_progress,
+    pearson_r,
 )
 from vinlens.store.format import (
     StoreNotFoundError,
@@ -50,14 +51,15 @@ from vinlens.store.format import (
 )
 from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import (
+    BrowserSafeState,
     CommandContext,
     CommandError,
-    VinlensWidget,
     command,
+    reject_unknown_kwargs,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
-from vinlens.widgets._store_common import BackgroundJob, reject_unknown_kwargs, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
 
 __all__ = [
     "StoreDashboardWidget",
@@ -67,8 +69,6 @@ __all__ = [
 
 #: Unpaired sample keys listed by name in the payload (the count is always exact).
 MAX_UNPAIRED_EXAMPLES = 20
-
-T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------------------
@@ -116,18 +116,12 @@ def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.
     return arr[:, 0], arr[:, 1]
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
-    if x.size < 2 or float(np.std(x)) == 0.0 or float(np.std(y)) == 0.0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
-
-
 def _pair_node(name: str, pairs: Sequence[tuple[float, float]]) -> dict[str, Any]:
     rri, value = _pairs_arrays(pairs)
     return {
         "name": name,
         "count": int(rri.size),
-        "pearson": _opt_float(_pearson(value, rri)),
+        "pearson": _opt_float(pearson_r(value, rri)),
         "rri": encode_array(rri.astype(np.float32)),
         "value": encode_array(value.astype(np.float32)),
     }
@@ -154,59 +148,6 @@ def _blocks_table(blocks: Sequence[Any]) -> dict[str, Any]:
             ),
         }
     )
-
-
-def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
-    """What the dashboard lists under *integrity problems*, most severe first.
-
-    Errors are the engine's integrity findings (missing chunks, mismatched blocks, ...).
-    Warnings and notices are facts a user should not overlook in the other panels:
-    samples without any valid candidate, labelled samples that cannot be paired by
-    candidate identity, a store without scene supervision.
-    """
-    problems: list[dict[str, str]] = []
-    for problem in stats.integrity_problems:
-        where = "/".join(str(part) for part in (problem.shard_id, problem.block) if part)
-        problems.append(
-            {
-                "severity": "error",
-                "title": f"{problem.kind}{f' in shard {where}' if where else ''}",
-                "detail": problem.message,
-            }
-        )
-    no_valid = [s.sample_key for s in stats.sample_summaries if s.candidate_count == 0]
-    if no_valid:
-        shown = ", ".join(no_valid[:5]) + (", …" if len(no_valid) > 5 else "")
-        problems.append(
-            {
-                "severity": "warning",
-                "title": f"{len(no_valid)} sampled sample(s) without any valid candidate",
-                "detail": shown,
-            }
-        )
-    unpaired = max(
-        stats.rri_pairing_unavailable_count, len(stats.rri_pairing_unavailable_sample_keys)
-    )
-    if unpaired:
-        problems.append(
-            {
-                "severity": "notice",
-                "title": f"{unpaired} sampled labelled sample(s) lack candidate IDs",
-                "detail": "RRI/component pairs exclude them; their marginal histograms still "
-                "count them.",
-            }
-        )
-    if not stats.scene_labels_available:
-        problems.append(
-            {
-                "severity": "notice",
-                "title": "No scene supervision in this store",
-                "detail": "capabilities.scene_labels is false: candidate counts, RRI and "
-                "components are unavailable (not zero).",
-            }
-        )
-    order = {"error": 0, "warning": 1, "notice": 2}
-    return sorted(problems, key=lambda p: order[p["severity"]])
 
 
 def dashboard_payload(
@@ -294,44 +235,7 @@ def dashboard_payload(
 # --------------------------------------------------------------------------------------
 
 
-def _call_cancellable(func: Callable[[], T], ctx: CommandContext, poll_s: float = 0.05) -> T:
-    """Run ``func`` on its own thread and return its result, or raise on cancellation.
-
-    The engine checks for cancellation only through its progress callback, once per shard
-    (and not at all during the batch preview at the end), so the command answers a cancel
-    at once from here; the engine only reads, so its thread winding down in the background
-    is safe, and its result is dropped.
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["result"] = func()
-        except BaseException as exc:  # re-raised on the command's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="vinlens-store-stats", daemon=True).start()
-    while not done.wait(poll_s):
-        ctx.check_cancelled()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]  # type: ignore[no-any-return]
-
-
-def _check_max_samples(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
-    if int(value) < 1:
-        raise ValueError(f"max_samples must be a positive integer or None, got {value!r}")
-    return int(value)
-
-
-class StoreDashboardWidget(VinlensWidget):
+class StoreDashboardWidget(BrowserSafeState):
     """Store-level diagnostics of one VIN offline store, acquired in the background.
 
     ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path.
@@ -361,21 +265,15 @@ class StoreDashboardWidget(VinlensWidget):
     ) -> None:
         reject_unknown_kwargs(type(self), kwargs)
         config = as_store_config(store)
-        checked = _check_max_samples(max_samples)
+        checked = check_max_samples(max_samples)
         super().__init__(store_path=str(config.store_dir), max_samples=checked, **kwargs)
         self._config = config
         self._stats: VinOfflineDatasetStats | None = None
         self._request: VinOfflineDatasetStatsRequest | None = None
-        self._job = BackgroundJob(
-            self,
-            name="an acquisition",
-            id_prefix="acquire",
-            failure="store statistics failed",
-            with_unit=True,
-        )
+        self._acq = AcquisitionState(self, with_unit=True)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self._job.start("construction", self._acquire)
+        self.start_command("refresh", trigger="construction", id_prefix="acquire")
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -394,29 +292,32 @@ class StoreDashboardWidget(VinlensWidget):
 
     def wait(self, timeout: float | None = None) -> VinOfflineDatasetStats:
         """Block until the running acquisition ends; return the stats or raise its error."""
-        self._job.wait(timeout, f"store statistics for {self._config.store_dir}")
+        self._acq.wait(timeout, f"store statistics for {self._config.store_dir}")
         if self._stats is None:
             raise RuntimeError(f"no statistics were acquired for {self._config.store_dir}")
         return self._stats
 
     def refresh(self, *, max_samples: int | object | None = ...) -> None:
         """Start a new acquisition (a new request) in the background; see :meth:`wait`."""
+        args: dict[str, Any] = {}
         if max_samples is not ...:
-            self.max_samples = _check_max_samples(max_samples)
-        self._job.start("refresh()", self._acquire)
+            args["max_samples"] = check_max_samples(max_samples)
+        self.start_command("refresh", args, trigger="refresh()", id_prefix="acquire")
 
     # -- commands ----------------------------------------------------------------------
-    @command("refresh", background=True)
+    @command(
+        "refresh",
+        background=True,
+        exclusive=True,
+        busy="an acquisition is already running; wait for it or cancel it first",
+    )
     def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         if "max_samples" in args:
             try:
-                self.max_samples = _check_max_samples(args["max_samples"])
+                self.max_samples = check_max_samples(args["max_samples"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
-        return self._job.run_command(
-            "an acquisition is already running; wait for it or cancel it first",
-            lambda: self._acquire(ctx, "refresh"),
-        )
+        return self._acquire(ctx, ctx.trigger)
 
     # -- acquisition -------------------------------------------------------------------
     def _set_step(
@@ -429,13 +330,13 @@ class StoreDashboardWidget(VinlensWidget):
         unit: str = "",
     ) -> None:
         """Publish where the acquisition is; raises CommandCancelled once cancelled."""
-        self.acquisition = self._job.running(ctx, trigger, step, done, total, unit)
+        self.acquisition = self._acq.running(ctx, trigger, step, done, total, unit)
         ctx.progress(done, total)
 
     def _acquire(self, ctx: CommandContext, trigger: str) -> dict[str, Any]:
         """Capture a request, acquire through the engine, publish the payload."""
         path = self._config.store_dir
-        with self._job.outcome(ctx, trigger):
+        with self._acq.outcome(ctx, trigger):
             self._set_step(ctx, trigger, "capturing request")
             try:
                 request = capture_vin_offline_dataset_stats_request(
@@ -457,9 +358,9 @@ class StoreDashboardWidget(VinlensWidget):
                 self._set_step(ctx, trigger, "reading store", done, total, "rows")
 
             try:
-                stats = _call_cancellable(
-                    lambda: inspect_vin_offline_dataset_stats_with_progress(request, rows_read),
-                    ctx,
+                # The engine looks for a cancel only between shards: answer one at once.
+                stats = ctx.call(
+                    lambda: inspect_vin_offline_dataset_stats_with_progress(request, rows_read)
                 )
             except StoreReplacedError as exc:
                 self.replacement = {
@@ -507,7 +408,7 @@ class StoreDashboardWidget(VinlensWidget):
             self._request = request
             self.payload = payload
             self.stale = False
-            self._job.finish(ctx, trigger, "done")
+            self._acq.finish(ctx, trigger, "done")
             self.status = "idle"
             return {"digest": digest, "replaced": bool(self.replacement.get("replaced"))}
 
@@ -529,7 +430,6 @@ class StoreDashboardWidget(VinlensWidget):
 
 def _static_html(widget: StoreDashboardWidget) -> str:
     """Self-contained HTML (no scripts; every kernel string escaped) for nbconvert/GitHub."""
-    esc = html.escape
     stats = widget.stats
     request = widget.request
     if stats is None or request is None:

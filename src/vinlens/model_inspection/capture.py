@@ -1,16 +1,9 @@
-"""Inspect VIN configuration, registered model state, and bounded tensor samples.
-
-The module returns rendering-neutral frozen records. Configuration inspection
-walks supported Pydantic structure without constructing its target; model
-inspection reads registered state without a forward pass; and numerical capture
-is an explicit hook context around the caller's ordinary forward pass. Plotting,
-serialization, and interpretation of these records belong to downstream callers.
+"""Bounded tensor samples from hooks around the caller's own forward (:func:`capture_model`).
 
 Three rules shape the implementation:
 
-* Diagnostics must never change what they observe: no mode, device or lazy-state
-  changes in :func:`inspect_model`, no ``setup_target`` call in
-  :func:`inspect_config`, hooks that return ``None`` in :class:`ModelCapture`.
+* Diagnostics must never change what they observe: hooks return ``None``, and
+  every module's hook tables are left as they were found.
 * Cost must follow the quotas, not the model: a capture copies at most
   ``max_samples_per_tensor`` elements of a tensor by narrowing views down to the
   row-major prefix, so a 256 MiB non-contiguous CUDA activation costs the same
@@ -23,53 +16,41 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
-import gc
 import itertools
 import threading
 import types
-import typing
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import torch
-from pydantic import BaseModel
 from torch import nn
-from torch.nn.parameter import is_lazy
+from torch.nn.modules import module as _torch_module
 from torch.utils.hooks import RemovableHandle
+
+from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
+from vinlens.model_inspection.summary import TensorSummary, _SummaryCache, stored_elements
 
 __all__ = [
     "CaptureLimits",
-    "ConfigFieldSpec",
+    "Direction",
     "ModelCapture",
-    "ModelMetadata",
-    "ModelStructureSpec",
-    "ModuleMetadata",
+    "SampleScalar",
     "TensorSnapshot",
     "capture_model",
-    "inspect_config",
-    "inspect_model",
 ]
-
-_ROOT_PATH = "<root>"
 
 #: Python scalars a tensor sample is converted to.
 SampleScalar: TypeAlias = bool | int | float
-#: What :attr:`ConfigFieldSpec.value` holds: a scalar, an enum member, or a type marker string.
-ConfigValue: TypeAlias = bool | int | float | str | enum.Enum | None
 Direction: TypeAlias = Literal["input", "output"]
-
-
-# --------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True)
 class CaptureLimits:
     """Positive quotas for one ModelCapture instance.
 
-    Tensor-count and byte quotas are cumulative across every call and context
+    Tensor-count, byte and summary quotas are cumulative across every call and context
     entrance made with the instance. Traversal quotas restart for each module
     invocation's combined positional/keyword inputs and separately for its
     output. These limits bound inspected nodes and copied numeric payload; they
@@ -83,6 +64,10 @@ class CaptureLimits:
         max_traversal_nodes: Maximum containers, leaves, and tensors visited in one input or
             output walk.
         max_container_depth: Maximum container edges followed from an input or output root.
+        max_summary_elements: Maximum source elements read, across the instance, to
+            compute :attr:`TensorSnapshot.summary` (whole-tensor reductions on the tensor's
+            device); a tensor that no longer fits gets no summary. 0 turns summaries off.
+            Each summary reads its tensor four to six times, so this bounds their cost.
     """
 
     max_tensors: int = 64
@@ -90,96 +75,51 @@ class CaptureLimits:
     max_bytes: int = 16 * 1024
     max_traversal_nodes: int = 4096
     max_container_depth: int = 32
+    max_summary_elements: int = 1 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            # Summaries are an extra that may be switched off; every other quota must allow
+            # some progress.
+            expected = "non-negative" if field.name == "max_summary_elements" else "positive"
             # bool is an int subclass, but ``max_tensors=True`` is always a mistake.
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(
-                    f"CaptureLimits.{field.name} must be a positive int, "
+                    f"CaptureLimits.{field.name} must be a {expected} int, "
                     f"got {type(value).__name__} {value!r}"
                 )
-            if value <= 0:
+            if value < 0 or (value == 0 and expected == "positive"):
                 raise ValueError(
-                    f"CaptureLimits.{field.name} must be a positive int, got {value!r}"
+                    f"CaptureLimits.{field.name} must be a {expected} int, got {value!r}"
                 )
 
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, object]) -> CaptureLimits:
+        """Limits from a mapping of field names, such as the JSON object a browser sends.
 
-@dataclass(frozen=True)
-class ConfigFieldSpec:
-    """One field observed in a construction-free configuration walk.
+        Missing fields keep their defaults. Unknown keys, and values that are not
+        positive ints (``True``, ``1.5``, ``None``, ``"8"``), raise an error naming
+        the field and what it expects; nothing is coerced, so a typo in the
+        browser never turns into a silently different quota.
 
-    Attributes:
-        path: Field-name path from the root; sequence positions are decimal strings.
-        declared_type: Human-readable annotation declared by the field's Pydantic model.
-        configured_type: Fully qualified runtime type of the currently configured value.
-        value: Scalar or enum value; other values use a qualified type marker such as
-            ``"<builtins.dict>"`` (a class value is marked ``"<class pkg.mod.Name>"``).
-    """
-
-    path: tuple[str, ...]
-    declared_type: str
-    configured_type: str
-    value: ConfigValue
-
-
-@dataclass(frozen=True)
-class ModelStructureSpec:
-    """Construction-free description of one model configuration tree.
-
-    Repeated inspection of an unchanged configuration returns equal frozen
-    records. Each call creates a new record and never calls ``setup_target``.
-
-    Attributes:
-        config_type: Fully qualified type of the inspected root Pydantic model.
-        target_type: Fully qualified root ``target_type``, or None when absent.
-        fields: Depth-first field records in declaration and sequence-index order.
-    """
-
-    config_type: str
-    target_type: str | None
-    fields: tuple[ConfigFieldSpec, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ModuleMetadata:
-    """Static metadata for one registered module in a constructed model.
-
-    Attributes:
-        path: Registration path from the model root, represented as ``"<root>"`` at the root.
-        module_type: Fully qualified runtime type of the registered module instance.
-        direct_parameters: Elements in initialized parameters registered directly on this module.
-        trainable_parameters: Elements in initialized, gradient-enabled parameters directly on
-            this module.
-        direct_buffers: Elements in initialized buffers registered directly on this module.
-        training: The module's training flag at inspection time.
-    """
-
-    path: str
-    module_type: str
-    direct_parameters: int
-    trainable_parameters: int
-    direct_buffers: int
-    training: bool
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    """Registered-module metadata for an already constructed model.
-
-    Attributes:
-        model_type: Fully qualified runtime type of the inspected model.
-        total_parameters: Elements in all initialized parameters reachable from the model
-            (a parameter shared by several modules counts once).
-        trainable_parameters: Elements in all initialized, gradient-enabled reachable parameters.
-        modules: Unique registered modules in traversal order, including the root.
-    """
-
-    model_type: str
-    total_parameters: int
-    trainable_parameters: int
-    modules: tuple[ModuleMetadata, ...]
+        Raises:
+            TypeError: ``mapping`` is not a mapping, or a value is not an int.
+            ValueError: an unknown key, or a value that is not positive.
+        """
+        if not isinstance(mapping, Mapping):
+            raise TypeError(
+                "capture limits must be a mapping of CaptureLimits fields (e.g. "
+                f'{{"max_tensors": 64}}), got {_qualified_type_name(type(mapping))}'
+            )
+        names = _LIMIT_FIELDS
+        unknown = [key for key in mapping if key not in names]
+        if unknown:
+            raise ValueError(
+                f"unknown capture limit(s) {', '.join(repr(key) for key in unknown)}; "
+                f"expected some of {', '.join(names)}"
+            )
+        return cls(**{str(key): value for key, value in mapping.items()})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -211,6 +151,9 @@ class TensorSnapshot:
         values: Detached CPU scalar prefix bounded by per-tensor and shared quotas.
         sample_omission_reason: Why numeric sampling is unsupported; None for supported/empty
             sources.
+        summary: Whole-tensor statistics of a real floating source, computed on its device
+            (see :class:`~vinlens.model_inspection.TensorSummary`); None for other dtypes,
+            metadata-only sources, or a tensor the reductions failed on.
     """
 
     module_path: str
@@ -224,346 +167,10 @@ class TensorSnapshot:
     sampled_bytes: int
     values: tuple[SampleScalar, ...]
     sample_omission_reason: str | None = None
+    summary: TensorSummary | None = None
 
 
-# --------------------------------------------------------------------------- naming helpers
-
-
-_TYPE_NAMES: dict[type, str] = {}
-
-
-def _qualified_type_name(cls: type) -> str:
-    """``module.QualName`` of a class; memoized because model walks ask for the same few types."""
-    name = _TYPE_NAMES.get(cls)
-    if name is None:
-        if len(_TYPE_NAMES) > 4096:  # classes made on the fly must not grow this forever
-            _TYPE_NAMES.clear()
-        name = _TYPE_NAMES[cls] = f"{cls.__module__}.{cls.__qualname__}"
-    return name
-
-
-def _short_type_name(cls: type) -> str:
-    """Builtins by bare name, everything else fully qualified (for annotations)."""
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return _qualified_type_name(cls)
-
-
-def _format_annotation(annotation: object) -> str:
-    """Render a field annotation the way a person would write it."""
-    if annotation is None or annotation is type(None):
-        return "None"
-    if annotation is Any:
-        return "Any"
-    if annotation is Ellipsis:
-        return "..."
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return _format_annotation(args[0])
-    if origin is typing.Union or origin is types.UnionType:
-        return " | ".join(_format_annotation(arg) for arg in args)
-    if origin is Literal:
-        return "Literal[" + ", ".join(repr(arg) for arg in args) + "]"
-    if origin is not None:
-        base = _format_annotation(origin)
-        if not args:
-            return base
-        return f"{base}[{', '.join(_format_annotation(arg) for arg in args)}]"
-    if isinstance(annotation, type):
-        return _short_type_name(annotation)
-    if isinstance(annotation, typing.TypeVar):
-        return annotation.__name__
-    if isinstance(annotation, typing.ForwardRef):
-        return annotation.__forward_arg__
-    if isinstance(annotation, list):  # Callable[[A, B], R] argument lists
-        return "[" + ", ".join(_format_annotation(arg) for arg in annotation) + "]"
-    return repr(annotation).replace("typing.", "")
-
-
-def _type_marker(value: object) -> str:
-    """Stand-in for a value that is not a scalar: its qualified type (or class) name."""
-    if isinstance(value, type):
-        return f"<class {_qualified_type_name(value)}>"
-    return f"<{_qualified_type_name(type(value))}>"
-
-
-def _qualified_target(target: object) -> str | None:
-    """Fully qualified name of a config's ``target_type`` without importing or calling it."""
-    if target is None:
-        return None
-    if isinstance(target, str):
-        return target
-    module = getattr(target, "__module__", None)
-    qualname = getattr(target, "__qualname__", None)
-    if isinstance(module, str) and isinstance(qualname, str):
-        return f"{module}.{qualname}"
-    return _type_marker(target)
-
-
-# --------------------------------------------------------------------------- inspect_config
-
-_SCALAR_TYPES = (bool, int, float, str)
-
-
-def _config_value(value: object) -> ConfigValue:
-    if value is None or isinstance(value, enum.Enum):
-        return value
-    if isinstance(value, _SCALAR_TYPES):
-        return value
-    return _type_marker(value)
-
-
-def _sequence_element_annotation(annotation: object, index: int) -> object:
-    """The annotation an element at ``index`` of a sequence field was declared with."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return _sequence_element_annotation(args[0], index)
-    if origin is typing.Union or origin is types.UnionType:
-        for arg in args:
-            inner = _sequence_element_annotation(arg, index)
-            if inner is not Any:
-                return inner
-        return Any
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return args[0]
-        return args[index] if index < len(args) else Any
-    if isinstance(origin, type) and issubclass(origin, Sequence) and args:
-        return args[0]
-    return Any
-
-
-# (path, declared annotation, value); annotations are formatted only when a record is made.
-_ConfigItem: TypeAlias = tuple[tuple[str, ...], object, object]
-_EXTRA_FIELD = object()  # marks ``extra="allow"`` values, which have no declared annotation
-
-
-def _model_items(config: BaseModel, path: tuple[str, ...]) -> Iterator[_ConfigItem]:
-    for name, info in type(config).model_fields.items():
-        yield (*path, name), info.annotation, getattr(config, name)
-    extra = config.model_extra
-    if extra:
-        for name, value in extra.items():
-            yield (*path, name), _EXTRA_FIELD, value
-
-
-def _sequence_items(
-    sequence: Sequence[object], path: tuple[str, ...], annotation: object
-) -> Iterator[_ConfigItem]:
-    for index, element in enumerate(sequence):
-        if isinstance(element, BaseModel):
-            yield (*path, str(index)), _sequence_element_annotation(annotation, index), element
-
-
-def inspect_config(config: BaseModel) -> ModelStructureSpec:
-    """Describe a Pydantic configuration tree without constructing its target.
-
-    The walk records every root field, then descends depth-first (pre-order)
-    into nested Pydantic models and Pydantic models held directly in lists and
-    tuples. Mappings, ordinary dataclasses, and arbitrary structured values are
-    represented by their configured type and are not traversed. Fields allowed
-    by ``extra="allow"`` follow the declared ones with declared type ``"<extra>"``.
-
-    Args:
-        config: Root Pydantic configuration. Inspection reads current field values and
-            ``target_type`` but never calls ``setup_target``.
-
-    Returns:
-        Frozen structure metadata ordered by Pydantic field declaration and sequence index.
-        An unchanged configuration produces equal records on repeated calls.
-
-    Raises:
-        TypeError: ``config`` is not a Pydantic model instance.
-        ValueError: the configuration contains itself (a reference cycle), naming the path.
-    """
-    if not isinstance(config, BaseModel):
-        raise TypeError(
-            "inspect_config expects a pydantic.BaseModel instance, "
-            f"got {_qualified_type_name(type(config))}"
-        )
-    records: list[ConfigFieldSpec] = []
-    # An explicit stack (not recursion) so deep configs never hit RecursionError. Models on
-    # the current branch are remembered with their path, so a cycle is named, not followed.
-    stack: list[tuple[Iterator[_ConfigItem], int | None]] = [(_model_items(config, ()), id(config))]
-    open_models: dict[int, tuple[str, ...]] = {id(config): ()}
-    while stack:
-        items, owner_id = stack[-1]
-        item = next(items, None)
-        if item is None:
-            stack.pop()
-            if owner_id is not None:
-                open_models.pop(owner_id, None)
-            continue
-        path, annotation, value = item
-        declared = "<extra>" if annotation is _EXTRA_FIELD else _format_annotation(annotation)
-        configured = _qualified_type_name(type(value))
-        records.append(ConfigFieldSpec(path, declared, configured, _config_value(value)))
-        if isinstance(value, BaseModel):
-            if id(value) in open_models:
-                where = ".".join(open_models[id(value)]) or _ROOT_PATH
-                raise ValueError(
-                    f"configuration is self-referencing: field {'.'.join(path)!r} refers back "
-                    f"to its ancestor {where!r} ({configured}); inspect_config needs a tree"
-                )
-            open_models[id(value)] = path
-            stack.append((_model_items(value, path), id(value)))
-        elif isinstance(value, (list, tuple)) and any(isinstance(e, BaseModel) for e in value):
-            stack.append((_sequence_items(value, path, annotation), None))
-    return ModelStructureSpec(
-        config_type=_qualified_type_name(type(config)),
-        target_type=_qualified_target(getattr(config, "target_type", None)),
-        fields=tuple(records),
-    )
-
-
-# --------------------------------------------------------------------------- inspect_model
-
-
-def _initialized_numel(tensor: torch.Tensor | None) -> int:
-    """Elements of registered state; lazy placeholders have no shape yet and count zero."""
-    if tensor is None or is_lazy(tensor):
-        return 0
-    return tensor.numel()
-
-
-_MODULE_METADATA_SETTERS: tuple[Callable[[ModuleMetadata, Any], None], ...] = tuple(
-    getattr(ModuleMetadata, field.name).__set__ for field in dataclasses.fields(ModuleMetadata)
-)
-
-
-def _registered_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``list(model.named_modules())``, walked without a chain of nested generators.
-
-    Same order and de-duplication as ``named_modules`` (pre-order, first path of
-    a shared instance wins, ``None`` children skipped) at about half the cost on
-    deep models. A module class that overrides ``named_modules`` gets its own
-    implementation, by falling back to it for the whole model.
-    """
-    default_walk = nn.Module.named_modules
-    plain_types: set[type] = set()
-    found: list[tuple[str, nn.Module]] = []
-    visited: set[int] = set()
-    stack: list[tuple[str, nn.Module]] = [("", model)]
-    while stack:
-        name, module = stack.pop()
-        if id(module) in visited:
-            continue
-        visited.add(id(module))
-        cls = type(module)
-        if cls not in plain_types:
-            if getattr(cls, "named_modules", None) is not default_walk:
-                return list(model.named_modules())
-            plain_types.add(cls)
-        found.append((name, module))
-        children: dict[str, nn.Module | None] = module.__dict__["_modules"]
-        if children:
-            prefix = name + "." if name else ""
-            stack.extend(
-                [
-                    (prefix + key, child)
-                    for key, child in reversed(children.items())
-                    if child is not None
-                ]
-            )
-    return found
-
-
-def inspect_model(model: nn.Module) -> ModelMetadata:
-    """Describe registered PyTorch state without running a forward pass.
-
-    Reads each module's own ``_parameters`` and ``_buffers`` tables, which is
-    what keeps this fast on 10,000-module models and free of side effects: no
-    property, hook or lazy initializer runs, and meta-device models work
-    because only ``numel`` is asked.
-
-    Args:
-        model: Already constructed module. Inspection does not change training mode,
-            initialize lazy state, move devices, or execute hooks.
-
-    Returns:
-        Frozen metadata in ``named_modules`` registration order. Model totals cover
-        recursively reachable parameters (a parameter shared by several modules, such as
-        tied embeddings, counts once), while each module record counts only state registered
-        directly on that module. Uninitialized lazy parameters and buffers contribute zero
-        elements; already initialized state on the same lazy module is still counted.
-
-    Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"inspect_model expects a torch.nn.Module, got {_qualified_type_name(type(model))}"
-        )
-    # The walk allocates a few objects per module and creates no reference cycles, yet
-    # on a 10,000-module model those allocations trigger enough cyclic-GC passes over
-    # the model's own objects to nearly double the run time; pause the collector.
-    collect_after = gc.isenabled()
-    gc.disable()
-    try:
-        return _inspect_registered_state(model)
-    finally:
-        if collect_after:
-            gc.enable()
-
-
-def _inspect_registered_state(model: nn.Module) -> ModelMetadata:
-    """The body of :func:`inspect_model`, run with the cyclic collector paused."""
-    parameter_type = nn.Parameter
-    seen_parameters: set[int] = set()
-    remember = seen_parameters.add
-    total = trainable_total = 0
-    records: list[ModuleMetadata] = []
-    append = records.append
-    new_record = object.__new__
-    type_names = _TYPE_NAMES
-    set_path, set_type, set_direct, set_trainable, set_buffers, set_training = (
-        _MODULE_METADATA_SETTERS
-    )
-    # Hot loop on 10,000-module models. nn.Module defines __getattr__, which makes every
-    # attribute read take CPython's slow path, so the state tables are read from the
-    # instance dict in one go, and the lazy check runs only for unusual parameter types.
-    for name, module in _registered_modules(model):
-        state = module.__dict__
-        direct = trainable = 0
-        for parameter in state["_parameters"].values():
-            if parameter is None or (type(parameter) is not parameter_type and is_lazy(parameter)):
-                continue
-            count = parameter.numel()
-            requires_grad = parameter.requires_grad
-            direct += count
-            if requires_grad:
-                trainable += count
-            key = id(parameter)
-            if key not in seen_parameters:
-                remember(key)
-                total += count
-                if requires_grad:
-                    trainable_total += count
-        buffers = 0
-        buffer_table = state["_buffers"]
-        if buffer_table:
-            for buffer in buffer_table.values():
-                buffers += _initialized_numel(buffer)
-        # Equal to ModuleMetadata(...), built through the slot descriptors: the frozen
-        # __init__ pays an object.__setattr__ call per field, which rivals the rest of
-        # this loop on a 10,000-module model (tests compare both constructions).
-        cls = type(module)
-        record = new_record(ModuleMetadata)
-        set_path(record, name or _ROOT_PATH)
-        set_type(record, type_names.get(cls) or _qualified_type_name(cls))
-        set_direct(record, direct)
-        set_trainable(record, trainable)
-        set_buffers(record, buffers)
-        set_training(record, module.training)
-        append(record)
-    return ModelMetadata(
-        model_type=_qualified_type_name(type(model)),
-        total_parameters=total,
-        trainable_parameters=trainable_total,
-        modules=tuple(records),
-    )
+_LIMIT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(CaptureLimits))
 
 
 # --------------------------------------------------------------------------- sampling
@@ -662,6 +269,7 @@ def _new_snapshot(
     sampled_bytes: int,
     values: tuple[SampleScalar, ...],
     reason: str | None,
+    summary: TensorSummary | None = None,
 ) -> TensorSnapshot:
     """Build the same record as ``TensorSnapshot(...)`` without eleven frozen ``__setattr__`` calls.
 
@@ -681,6 +289,7 @@ def _new_snapshot(
         sampled_bytes=sampled_bytes,
         values=values,
         sample_omission_reason=reason,
+        summary=summary,
     )
     return record
 
@@ -731,7 +340,7 @@ def _compiled_paths(modules: Sequence[tuple[str, nn.Module]]) -> list[str]:
         cls = type(module)
         wrapped = cls.__name__ == "OptimizedModule" and cls.__module__.startswith("torch._dynamo")
         if wrapped or getattr(module, "_compiled_call_impl", None) is not None:
-            found.append(name or _ROOT_PATH)
+            found.append(name or ROOT_PATH)
     return found
 
 
@@ -793,6 +402,11 @@ class ModelCapture:
         # Per (thread, path): stack of (call index, id of the args tuple) for calls in flight.
         self._pending: dict[tuple[int, str], list[tuple[int, int]]] = {}
         self._handles: list[RemovableHandle] = []
+        # Modules given a with-kwargs flag for the global pre-hook, and that hook's id.
+        self._flagged: list[nn.Module] = []
+        self._global_pre_id: int | None = None
+        self._summaries = _SummaryCache()
+        self._summary_elements = 0
         self._active = False
 
     # -- public surface ------------------------------------------------------------------
@@ -820,14 +434,25 @@ class ModelCapture:
 
     def close(self) -> None:
         """Remove this capture's hooks and pending calls; repeated calls are safe."""
-        handles, self._handles = self._handles, []
         try:
-            for handle in handles:
-                handle.remove()
+            self._remove_hooks()
         finally:
             with self._lock:
                 self._pending.clear()
             self._active = False
+
+    def _remove_hooks(self) -> None:
+        """Remove every hook and restore every module's kwargs flags; safe mid-forward."""
+        handles, self._handles = self._handles, []
+        flagged, self._flagged = self._flagged, []
+        hook_id, self._global_pre_id = self._global_pre_id, None
+        try:
+            for handle in handles:
+                handle.remove()
+        finally:
+            if hook_id is not None:
+                for module in flagged:
+                    module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
 
     def __enter__(self) -> ModelCapture:
         if self._active:
@@ -847,18 +472,75 @@ class ModelCapture:
                 stacklevel=2,
             )
         self._active = True
+        if self._exhausted:  # quotas used up by an earlier entrance: nothing to observe
+            return self
         try:
-            for label, module in targets:
-                self._handles.append(
-                    module.register_forward_pre_hook(self._make_pre_hook(label), with_kwargs=True)
-                )
-                self._handles.append(
-                    module.register_forward_hook(self._make_post_hook(label), always_call=True)
-                )
+            self._register(targets)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _register(self, targets: Sequence[tuple[str, nn.Module]]) -> None:
+        """Hook the targets: one global hook pair for a whole-model capture, else per module.
+
+        Registering two instance hooks per module costs more than a light CNN's whole
+        forward, so a capture of every module registers one global pre-hook and one
+        global forward hook, filtered by module identity, plus a with-kwargs flag per
+        module (restored on close). Modules that already carry instance forward hooks
+        keep instance hooks, so ours still run after theirs and observe their changes.
+        A capture of a few paths uses instance hooks only: global hooks would put
+        every other module's call on PyTorch's slower hooked path.
+        """
+        instance: list[tuple[str, nn.Module]] = []
+        global_targets: dict[int, str] = {}
+        if self._module_paths is None:
+            for label, module in targets:
+                if module._forward_pre_hooks or module._forward_hooks:
+                    instance.append((label, module))
+                else:
+                    global_targets[id(module)] = label
+        else:
+            instance = list(targets)
+        if global_targets:
+            self._register_global(targets, global_targets)
+        for label, module in instance:
+            self._handles.append(
+                module.register_forward_pre_hook(self._make_pre_hook(label), with_kwargs=True)
+            )
+            self._handles.append(
+                module.register_forward_hook(self._make_post_hook(label), always_call=True)
+            )
+
+    def _register_global(
+        self, targets: Sequence[tuple[str, nn.Module]], labels: dict[int, str]
+    ) -> None:
+        on_input, on_output = self._on_input, self._on_output
+        find = labels.get
+
+        def pre_hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+        ) -> None:
+            label = find(id(module))
+            if label is not None:
+                on_input(label, args, kwargs if kwargs is not None else {})
+
+        def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            label = find(id(module))
+            if label is not None:
+                on_output(label, args, output)
+
+        handle = _torch_module.register_module_forward_pre_hook(pre_hook)
+        self._handles.append(handle)
+        self._global_pre_id = handle.id
+        for _, module in targets:
+            if id(module) in labels:
+                # PyTorch passes kwargs to any pre-hook whose id a module flags, global or not.
+                module._forward_pre_hooks_with_kwargs[handle.id] = True
+                self._flagged.append(module)
+        self._handles.append(
+            _torch_module.register_module_forward_hook(post_hook, always_call=True)
+        )
 
     def __exit__(
         self,
@@ -882,10 +564,10 @@ class ModelCapture:
     ) -> list[tuple[str, nn.Module]]:
         """(label, module) pairs to hook; unknown paths fail here with suggestions."""
         if self._module_paths is None:
-            return [(name or _ROOT_PATH, module) for name, module in modules]
+            return [(name or ROOT_PATH, module) for name, module in modules]
         # Alias paths of a shared instance are legitimate registered paths too.
         known = {
-            name or _ROOT_PATH: module
+            name or ROOT_PATH: module
             for name, module in self._model.named_modules(remove_duplicate=False)
         }
         unknown = [path for path in self._module_paths if path not in known]
@@ -902,7 +584,7 @@ class ModelCapture:
             raise ValueError(
                 f"unknown module path(s) for {_qualified_type_name(type(self._model))}: "
                 f"{'; '.join(hints)}. Valid paths are the model's named_modules() names, "
-                f"with {_ROOT_PATH!r} for the model itself."
+                f"with {ROOT_PATH!r} for the model itself."
             )
         targets: list[tuple[str, nn.Module]] = []
         owners: dict[int, str] = {}
@@ -920,29 +602,39 @@ class ModelCapture:
     def _make_pre_hook(
         self, label: str
     ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        on_input = self._on_input
+
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if self._exhausted:
-                return
-            key = (threading.get_ident(), label)
-            with self._lock:
-                index = self._call_counts.get(label, 0)
-                self._call_counts[label] = index + 1
-                self._pending.setdefault(key, []).append((index, id(args)))
-            roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
-            self._walk(label, index, "input", roots)
+            on_input(label, args, kwargs)
 
         return pre_hook
 
     def _make_post_hook(self, label: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        on_output = self._on_output
+
         def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if self._exhausted:
-                return
-            index = self._pop_pending((threading.get_ident(), label), id(args))
-            if index is None:  # the call began before this capture was entered
-                return
-            self._walk(label, index, "output", (("output", output),))
+            on_output(label, args, output)
 
         return post_hook
+
+    def _on_input(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._exhausted:
+            return
+        key = (threading.get_ident(), label)
+        with self._lock:
+            index = self._call_counts.get(label, 0)
+            self._call_counts[label] = index + 1
+            self._pending.setdefault(key, []).append((index, id(args)))
+        roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
+        self._walk(label, index, "input", roots)
+
+    def _on_output(self, label: str, args: tuple[Any, ...], output: Any) -> None:
+        if self._exhausted:
+            return
+        index = self._pop_pending((threading.get_ident(), label), id(args))
+        if index is None:  # the call began before this capture was entered
+            return
+        self._walk(label, index, "output", (("output", output),))
 
     def _pop_pending(self, key: tuple[int, str], args_id: int) -> int | None:
         """The call index of the invocation now finishing.
@@ -1012,6 +704,12 @@ class ModelCapture:
         reason = _omission_reason(tensor)
         numel = tensor.numel()
         element_size = tensor.element_size()
+        if self._exhausted:
+            return
+        # Reduced before taking the lock: it reads the whole tensor, sampling does not.
+        summary = None
+        if reason is None and self._limits.max_summary_elements:
+            summary = self._summary(tensor)
         with self._lock:
             if self._exhausted:
                 return
@@ -1028,13 +726,36 @@ class ModelCapture:
             sampled = len(values) * element_size
             self._sampled_bytes += sampled
             self._snapshots.append(
-                _new_snapshot(label, index, direction, path, tensor, numel, sampled, values, reason)
+                _new_snapshot(
+                    label, index, direction, path, tensor, numel, sampled, values, reason, summary
+                )
             )
             if (
                 len(self._snapshots) >= limits.max_tensors
                 or self._sampled_bytes >= limits.max_bytes
             ):
                 self._exhausted = True
+        if self._exhausted:
+            # Nothing more can be recorded: the rest of the forward runs unhooked. Hook
+            # tables are copied before PyTorch iterates them, so removal here is safe.
+            self._remove_hooks()
+
+    def _summary(self, tensor: torch.Tensor) -> TensorSummary | None:
+        """The tensor's summary while ``max_summary_elements`` allows, else None."""
+        if not tensor.is_floating_point():
+            return None
+        cached = self._summaries.get(tensor)
+        if cached is not None:
+            return cached
+        elements = stored_elements(tensor)
+        with self._lock:
+            if self._summary_elements + elements > self._limits.max_summary_elements:
+                return None
+            self._summary_elements += elements
+        try:
+            return self._summaries.summary(tensor)
+        except Exception:  # exotic subclasses: the snapshot keeps its sample and metadata
+            return None
 
 
 def _normalize_paths(module_paths: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -1050,7 +771,7 @@ def _normalize_paths(module_paths: Sequence[str] | None) -> tuple[str, ...] | No
     for path in module_paths:
         if not isinstance(path, str):
             raise TypeError(f"module_paths entries must be str, got {type(path).__name__} {path!r}")
-        label = path or _ROOT_PATH
+        label = path or ROOT_PATH
         if label not in normalized:
             normalized.append(label)
     return tuple(normalized)

@@ -1,27 +1,28 @@
-"""``vinlens demo`` command."""
+"""``vinlens demo``: the demo store and notebooks, opened in JupyterLab (or run headless)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
+
+HELP = "make the demo store and notebooks, then open the tour in JupyterLab"
+DESCRIPTION = (
+    "Generate a synthetic VIN offline store and raw tar shards (once, cached), write the "
+    "tour notebooks where missing, and start JupyterLab on 127.0.0.1 with token auth. "
+    "The demo lives in --dir, else $VINLENS_DEMO_DIR, else ~/.cache/vinlens/demo."
+)
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "demo",
-        help="make the demo store and notebooks, then open the tour in JupyterLab",
-        description=(
-            "Generate a synthetic VIN offline store and raw tar shards (once, cached), write the "
-            "tour notebooks where missing, and start JupyterLab on 127.0.0.1 with token auth."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``vinlens demo``."""
     parser.add_argument(
         "--dir",
         type=Path,
         default=None,
-        help="cache directory (default: $VINLENS_DEMO_DIR or ~/.cache/vinlens/demo)",
+        help="demo directory (default: $VINLENS_DEMO_DIR or ~/.cache/vinlens/demo)",
     )
     parser.add_argument(
         "--port", type=int, default=None, help="port for JupyterLab (default: a free one)"
@@ -39,10 +40,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout", type=int, default=600, help="per-cell timeout for --check, seconds"
     )
-    parser.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Prepare the demo, then run the tour headless (``--check``) or serve it in JupyterLab."""
     from vinlens.demo.launch import check_notebook, prepare_demo, run_lab
     from vinlens.demo.notebooks import TOUR_NOTEBOOK
 

@@ -4,7 +4,11 @@ TARGET is the dotted import path of an ``nn.Module`` class (``torch.nn.Transform
 by default; ``nn.X`` is short for ``torch.nn.X``). The class is constructed with its
 defaults plus any ``--arg KEY=VALUE``, described with :func:`inspect_model`, then run
 once on random input inside :func:`capture_model` with default limits, so a newcomer
-sees both engines on a real model in one command.
+sees both engines on a real model in one command. The model runs in eval mode unless
+``--train`` is given, so dropout does not change what the capture shows.
+
+torch and the engines are imported inside the functions: ``vinlens --help`` must not
+pay for them.
 """
 
 from __future__ import annotations
@@ -17,22 +21,27 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+from vinlens.cli.table import format_table
 
-from vinlens.cli import format_table
-from vinlens.model_inspection import (
-    CaptureLimits,
-    ModelCapture,
-    ModelMetadata,
-    TensorSnapshot,
-    capture_model,
-    inspect_model,
-)
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-__all__ = ["build_model", "example_inputs", "register"]
+    from vinlens.model_inspection import ModelCapture, ModelMetadata, TensorSnapshot
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "DESCRIPTION",
+    "HELP",
+    "add_arguments",
+    "build_model",
+    "example_inputs",
+    "format_capture_summary",
+    "format_module_table",
+    "run",
+]
 
 DEFAULT_TARGET = "torch.nn.Transformer"
 
@@ -64,12 +73,10 @@ def _constructor_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
-def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
-    """Import ``target`` (``package.module.Class``) and construct it with ``kwargs``."""
-    if target.startswith("nn."):
-        target = "torch." + target
-    module_name, _, class_name = target.rpartition(".")
-    if not module_name or not class_name:
+def _resolve(target: str) -> object:
+    """The object at ``package.module.Name``, with an error that says which part is missing."""
+    module_name, _, name = target.rpartition(".")
+    if not module_name or not name:
         raise ValueError(
             f"TARGET must be a dotted path such as torch.nn.Transformer, got {target!r}"
         )
@@ -77,9 +84,25 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {error}") from error
-    cls = getattr(module, class_name, None)
+    missing = object()
+    obj = getattr(module, name, missing)
+    if obj is missing:
+        raise ValueError(
+            f"TARGET {target!r} does not exist: module {module_name!r} has no name {name!r}"
+        )
+    return obj
+
+
+def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
+    """Import ``target`` (``package.module.Class``) and construct it with ``kwargs``."""
+    from torch import nn
+
+    if target.startswith("nn."):
+        target = "torch." + target
+    cls = _resolve(target)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise ValueError(f"TARGET {target!r} is not an nn.Module class")
+        what = f"class {cls.__qualname__}" if isinstance(cls, type) else type(cls).__name__
+        raise ValueError(f"TARGET {target!r} exists but is a {what}, not an nn.Module class")
     try:
         with warnings.catch_warnings():
             # nn.Transformer() with its defaults advises batch_first on every construction;
@@ -92,6 +115,9 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
 
 def _leaf_input(module: nn.Module, batch: int, seq_len: int) -> tuple[torch.Tensor, ...] | None:
     """Random input for the layer kinds whose constructor fixes the input shape."""
+    import torch
+    from torch import nn
+
     batch_first = bool(getattr(module, "batch_first", False))
 
     def sequence(width: int, length: int = seq_len) -> torch.Tensor:
@@ -142,6 +168,8 @@ def example_inputs(
     layers) fix their input shape; for containers the first such submodule in
     registration order decides. ``input_shape`` overrides all of that.
     """
+    import torch
+
     if input_shape is not None:
         return (torch.randn(*input_shape),)
     for _, module in model.named_modules():
@@ -172,19 +200,15 @@ def format_module_table(metadata: ModelMetadata, limit: int | None) -> str:
         [
             row.path,
             _short_type(row.module_type),
-            f"{row.direct_parameters:,}",
-            f"{row.trainable_parameters:,}",
-            f"{row.direct_buffers:,}",
+            row.direct_parameters,
+            row.trainable_parameters,
+            row.direct_buffers,
             "train" if row.training else "eval",
         ]
         for row in shown
     ]
     lines = [header, ""]
-    lines.append(
-        format_table(
-            ["path", "type", "params", "trainable", "buffers", "training"], rows, right={2, 3, 4}
-        )
-    )
+    lines.append(format_table(["path", "type", "params", "trainable", "buffers", "mode"], rows))
     hidden = len(metadata.modules) - len(shown)
     if hidden:
         lines.append(f"... {hidden:,} more modules (use --all to list every module)")
@@ -206,14 +230,23 @@ def _preview(snapshot: TensorSnapshot, count: int = 4) -> str:
 
 
 def format_capture_summary(
-    capture: ModelCapture, inputs: Sequence[torch.Tensor], snapshot_rows: int
+    capture: ModelCapture,
+    inputs: Sequence[torch.Tensor],
+    snapshot_rows: int,
+    *,
+    training: bool = False,
 ) -> str:
-    """A bounded summary: quota use, then the first ``snapshot_rows`` snapshots."""
+    """A bounded summary: mode and quota use, then the first ``snapshot_rows`` snapshots."""
     limits = capture.limits
     snapshots = capture.snapshots
     shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
+    mode = (
+        "train mode (dropout active; from --train)"
+        if training
+        else "eval mode (dropout off; --train to capture in train mode)"
+    )
     lines = [
-        f"Capture of one forward on random input {shapes} (default limits):",
+        f"Capture of one forward on random input {shapes} (default limits), {mode}:",
         f"  snapshots {len(snapshots)}/{limits.max_tensors}, "
         f"sampled bytes {capture.sampled_bytes:,}/{limits.max_bytes:,}, "
         f"modules seen {len({s.module_path for s in snapshots})}",
@@ -222,7 +255,7 @@ def format_capture_summary(
     rows = [
         [
             s.module_path,
-            str(s.call_index),
+            s.call_index,
             s.direction,
             s.tensor_path,
             "x".join(str(d) for d in s.shape) or "scalar",
@@ -232,20 +265,23 @@ def format_capture_summary(
         for s in snapshots[:snapshot_rows]
     ]
     lines.append(
-        format_table(
-            ["module", "call", "side", "tensor", "shape", "dtype", "values"], rows, right={1}
-        )
+        format_table(["module", "call", "side", "tensor", "shape", "dtype", "values"], rows)
     )
     hidden = len(snapshots) - len(rows)
     if hidden:
-        lines.append(f"... {hidden} more snapshots (use --snapshots N or --json)")
+        lines.append(f"... {hidden:,} more snapshots (use --snapshots N or --json)")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- command
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Construct, describe and (unless ``--no-capture``) capture one forward of TARGET."""
+    import torch
+
+    from vinlens.model_inspection import CaptureLimits, capture_model, inspect_model
+
     for option, value, least in (
         ("--limit", args.limit, 0),
         ("--snapshots", args.snapshots, 0),
@@ -256,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"{option} must be >= {least}, got {value}")
     torch.manual_seed(args.seed)
     model = build_model(args.target, _constructor_kwargs(args))
+    model.train(args.train)
     metadata = inspect_model(model)
     limit = None if args.all or args.json else args.limit
 
@@ -273,6 +310,7 @@ def _run(args: argparse.Namespace) -> int:
         payload: dict[str, Any] = {"model": dataclasses.asdict(metadata)}
         if capture is not None:
             payload["capture"] = {
+                "mode": "train" if args.train else "eval",
                 "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in inputs],
                 "limits": dataclasses.asdict(capture.limits),
                 "sampled_bytes": capture.sampled_bytes,
@@ -283,7 +321,7 @@ def _run(args: argparse.Namespace) -> int:
     print(format_module_table(metadata, limit))
     if capture is not None:
         print()
-        print(format_capture_summary(capture, inputs, args.snapshots))
+        print(format_capture_summary(capture, inputs, args.snapshots, training=args.train))
     return 0
 
 
@@ -297,17 +335,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``vinlens model`` to the top-level parser."""
-    parser = subparsers.add_parser(
-        "model",
-        help="module table and bounded capture summary of a constructed model",
-        description=(
-            "Construct TARGET (an nn.Module class, by dotted import path) with its defaults, "
-            "print its module table, then run one forward on random input inside a bounded "
-            "capture and summarise the tensors it sampled."
-        ),
-    )
+HELP = "module table and bounded capture summary of a constructed model"
+DESCRIPTION = (
+    "Construct TARGET (an nn.Module class, by dotted import path) with its defaults, "
+    "print its module table, then run one forward on random input inside a bounded "
+    "capture and summarise the tensors it sampled. The model runs in eval mode "
+    "unless --train is given."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``vinlens model``."""
     parser.add_argument(
         "target",
         nargs="?",
@@ -336,6 +374,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--snapshots", type=int, default=12, help="snapshot rows to print (default 12)"
     )
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="capture in train mode (dropout active, batch norm updates its statistics)",
+    )
     parser.add_argument("--no-capture", action="store_true", help="skip the forward and capture")
     parser.add_argument("--json", action="store_true", help="print everything as JSON")
-    parser.set_defaults(handler=_run)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vinlens.cli import main
-from vinlens.cli_model import example_inputs
+from vinlens.cli.model import example_inputs
 
 SMALL_TRANSFORMER = [
     "torch.nn.Transformer",
@@ -35,7 +35,7 @@ def test_table_is_truncated_with_a_count_and_capture_is_summarised(
     lines = out.splitlines()
     assert lines[0].startswith("torch.nn.modules.transformer.Transformer: ")
     header = lines[2].split()
-    assert header == ["path", "type", "params", "trainable", "buffers", "training"]
+    assert header == ["path", "type", "params", "trainable", "buffers", "mode"]
     assert lines[4].split()[:2] == ["<root>", "Transformer"]
     assert "... 26 more modules (use --all to list every module)" in out
     quota = re.search(r"snapshots (\d+)/64, sampled bytes ([\d,]+)/16,384", out)
@@ -88,7 +88,13 @@ def test_input_shape_for_containers_and_errors(capsys: pytest.CaptureFixture[str
     assert main(["model", "nn.Flatten"]) == 1
     assert "pass --input-shape" in capsys.readouterr().err
     assert main(["model", "torch.nn.NotAThing"]) == 1
-    assert "not an nn.Module class" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'torch.nn.NotAThing' does not exist" in err and "no name 'NotAThing'" in err
+    assert "nn.Module class" not in err
+    assert main(["model", "torch.nn.functional.relu"]) == 1
+    assert "exists but is a function, not an nn.Module class" in capsys.readouterr().err
+    assert main(["model", "torch.Tensor"]) == 1
+    assert "exists but is a class Tensor, not an nn.Module class" in capsys.readouterr().err
     assert main(["model", "no_such_package.Model"]) == 1
     assert "cannot import 'no_such_package'" in capsys.readouterr().err
     assert main(["model", "nn.Linear", "--arg", "bogus"]) == 1
@@ -119,3 +125,61 @@ def test_example_inputs_follow_the_layer() -> None:
     embedding = torch.nn.Sequential(torch.nn.Embedding(11, 4), torch.nn.Linear(4, 2))
     (tokens,) = example_inputs(embedding, batch=2, seq_len=3)
     assert tokens.dtype == torch.int64 and int(tokens.max()) < 11
+
+
+def _numbers_right_aligned(lines: list[str], header_line: int, column: str) -> None:
+    """Every row's value in ``column`` ends where the header's name ends."""
+    header = lines[header_line]
+    end = header.index(column) + len(column)
+    rows = lines[header_line + 2 :]
+    assert rows
+    for row in rows:
+        assert row[end - 1].isdigit() and (len(row) == end or row[end] == " "), row
+
+
+def test_numbers_are_right_aligned_with_thousands_separators(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["model", "nn.Linear", "--arg", "in_features=100", "--arg", "out_features=30",
+                 "--no-capture"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("3,030 parameters (3,030 trainable), 1 modules")
+    _numbers_right_aligned(lines, 2, "params")
+    assert lines[4].split()[2] == "3,030"
+
+
+def _dropout_model_outputs(train: bool, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    argv = ["model", "nn.Dropout", "--arg", "p=0.5", "--input-shape", "4,64", "--json"]
+    assert main([*argv, "--train"] if train else argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    capture = payload["capture"]
+    inputs, outputs = (
+        [s for s in capture["snapshots"] if s["direction"] == d] for d in ("input", "output")
+    )
+    return {
+        "mode": capture["mode"],
+        "training": payload["model"]["modules"][0]["training"],
+        "same": inputs[0]["values"] == outputs[0]["values"],
+    }
+
+
+def test_capture_runs_in_eval_mode_unless_train_is_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Dropout is the identity in eval mode and zeroes about half the values in train mode.
+    assert _dropout_model_outputs(False, capsys) == {
+        "mode": "eval",
+        "training": False,
+        "same": True,
+    }
+    assert _dropout_model_outputs(True, capsys) == {
+        "mode": "train",
+        "training": True,
+        "same": False,
+    }
+
+    assert main(["model", "nn.Dropout", "--input-shape", "2,3"]) == 0
+    out = capsys.readouterr().out
+    assert "eval mode (dropout off; --train to capture in train mode)" in out
+    assert main(["model", "nn.Dropout", "--input-shape", "2,3", "--train"]) == 0
+    assert "train mode (dropout active; from --train)" in capsys.readouterr().out

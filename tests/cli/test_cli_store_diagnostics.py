@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vinlens.cli import main
-from vinlens.store.cli_diagnostics import to_json_value
+from vinlens.cli.table import to_json_value
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.synthetic import SyntheticDatasetRecord, write_synthetic_dataset
@@ -92,3 +92,31 @@ def test_json_spells_out_non_finite_numbers() -> None:
     assert to_json_value({"a": (float("nan"), float("inf"), -float("inf"), 1.5)}) == {
         "a": ["NaN", "Infinity", "-Infinity", 1.5]
     }
+
+
+def test_stats_help_says_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["store", "stats", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Scan a store and print its statistics" in text
+    assert "integrity problem" in text and "--all reads every row" in text
+    assert "seed" not in text.lower()
+
+
+def test_stats_distribution_numbers_are_right_aligned(
+    dataset: SyntheticDatasetRecord, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["store", "stats", str(dataset.store.store_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("distributions") + 1
+    header = lines[at]
+    rows = []
+    for line in lines[at + 2 :]:
+        if not line:
+            break
+        rows.append(line)
+    for column in ("count", "min", "mean", "max"):
+        end = header.index(column) + len(column)
+        for row in rows:
+            assert row[end - 1] != " " and (len(row) == end or row[end] == " "), (column, row)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from vinlens.cli import main
-from vinlens.store import cli as store_cli
 
 
 def test_make_demo_then_info_prints_an_aligned_manifest_table(
@@ -85,18 +83,34 @@ def test_info_on_a_broken_store_names_the_file(
     )
 
 
-def test_store_group_loads_registered_command_modules(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_a_directory_that_is_not_a_store_reads_naturally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = tmp_path / "extra_store_cmds.py"
-    module.write_text(
-        "def register_store_commands(sub):\n"
-        "    p = sub.add_parser('hello')\n"
-        "    p.set_defaults(handler=lambda args: print('hello from extension') or 0)\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(store_cli, "STORE_COMMAND_MODULES", ("extra_store_cmds",))
-    parser = argparse.ArgumentParser()
-    store_cli.register(parser.add_subparsers())
-    args = parser.parse_args(["store", "hello"])
-    assert args.handler(args) == 0
+    assert main(["store", "info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vinlens: error: {tmp_path / 'manifest.json'}: manifest.json is missing")
+    assert "\n" not in err
+    # One level of parentheses at most: "(expected ...)" holds no "(...)" of its own.
+    depth = deepest = 0
+    for char in err:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        deepest = max(deepest, depth)
+    assert deepest <= 1, err
+
+
+def test_info_table_right_aligns_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo"
+    assert main(["store", "make-demo", str(path), "--candidates", "300"]) == 0
+    capsys.readouterr()
+    assert main(["store", "info", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.startswith("shard  "))
+    header = lines[header_at]
+    end = header.index("bytes") + len("bytes")
+    rows = lines[header_at + 2 :]
+    rri = next(row for row in rows if " rri " in row)
+    assert rri[:end].endswith(f"{8 * 300 * 4:,}")  # "9,600": separators, right-aligned
+    rows_end = header.index("rows") + len("rows")
+    assert all(row[:rows_end].endswith(" 8") for row in rows)

@@ -1,0 +1,94 @@
+// The wire contract: every widget's payload, written by tests/widgets/test_wire_contract.py
+// (real widgets over real models and stores), decoded here with the browser's decoders.
+// Each fixture holds the state as ipywidgets sends it (binary parts removed, with their
+// paths) and what the Python side says it means (tests/widgets/payload_decode.py:canonical);
+// both must agree. pytest runs this file with VINLENS_WIRE_FIXTURES set to its fixtures;
+// a plain `vitest run` has no fixtures and skips it.
+import { describe, expect, it } from "vitest";
+import { decode, type NDArray, type Table } from "./payload";
+
+const env = (globalThis as any).process?.env ?? {};
+const dir: string | undefined = env.VINLENS_WIRE_FIXTURES;
+
+interface Fixture {
+  name: string;
+  state: any;
+  buffer_paths: (string | number)[][];
+  expected: any;
+}
+
+async function loadFixtures(): Promise<{ fixture: Fixture; buffers: DataView[] }[]> {
+  if (!dir) return [];
+  const fsName = "node:fs"; // no Node typings in this project: load it untyped
+  const fs: any = await import(/* @vite-ignore */ fsName);
+  const names: string[] = fs.readdirSync(dir).filter((f: string) => f.endsWith(".json")).sort();
+  return names.map((file) => {
+    const fixture = JSON.parse(fs.readFileSync(`${dir}/${file}`, "utf-8")) as Fixture;
+    const buffers = fixture.buffer_paths.map((_, i) => {
+      const bytes: Uint8Array = fs.readFileSync(`${dir}/${fixture.name}.${i}.bin`);
+      return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    });
+    return { fixture, buffers };
+  });
+}
+
+/** ipywidgets' put_buffers: binary parts arrive as DataViews where they were removed. */
+function putBuffers(state: any, paths: (string | number)[][], buffers: DataView[]): void {
+  paths.forEach((path, i) => {
+    let node = state;
+    for (const key of path.slice(0, -1)) node = node[key];
+    node[path[path.length - 1]] = buffers[i];
+  });
+}
+
+function number(x: number): number | string {
+  if (Number.isNaN(x)) return "NaN";
+  if (!Number.isFinite(x)) return x > 0 ? "Infinity" : "-Infinity";
+  return x;
+}
+
+function isTable(v: any): v is Table {
+  return typeof v?.column === "function" && Array.isArray(v?.columns);
+}
+
+function isArray(v: any): v is NDArray {
+  return ArrayBuffer.isView(v?.data) && typeof v?.dtype === "string" && Array.isArray(v?.shape);
+}
+
+/** What a decoded value means, in the same terms as payload_decode.canonical(). */
+function canonical(v: any): any {
+  if (typeof v === "number") return number(v);
+  if (v === null || typeof v !== "object") return v;
+  if (v instanceof DataView) return { $bytes: Array.from(new Uint8Array(v.buffer, v.byteOffset, v.byteLength)) };
+  if (Array.isArray(v)) return v.map(canonical);
+  if (isTable(v)) {
+    return {
+      $table: {
+        length: v.length,
+        columns: v.columns.map((c) => c.kind === "string"
+          ? { name: c.name, kind: "string", values: Array.from({ length: v.length }, (_, i) => c.get(i)) }
+          : { name: c.name, kind: "numeric", dtype: c.dtype, values: Array.from(c.values as ArrayLike<number>, number) }),
+      },
+    };
+  }
+  if (isArray(v)) {
+    return { $array: { dtype: v.dtype, shape: v.shape, values: Array.from(v.data as ArrayLike<number>, number) } };
+  }
+  const out: Record<string, any> = {};
+  for (const [k, x] of Object.entries(v)) out[k] = canonical(x);
+  return out;
+}
+
+const fixtures = await loadFixtures();
+
+describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean", () => {
+  it("found fixtures", () => {
+    expect(fixtures.length).toBeGreaterThan(0);
+  });
+  for (const { fixture, buffers } of fixtures) {
+    it(fixture.name, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      expect(canonical(decode(fixture.state))).toEqual(fixture.expected);
+    });
+  }
+});

@@ -1,0 +1,414 @@
+"""Whole-tensor statistics computed on the tensor's own device (:class:`TensorSummary`).
+
+A summary reads every element of a floating tensor through reductions on the
+tensor as it is (strided, permuted, sliced) and moves only a handful of scalars
+to the host; the tensor is never copied to the host or to a contiguous buffer.
+
+* float32/float64: five reductions (sum, L2 norm, min, max, count of non-zeros),
+  no temporary the size of the tensor, one host transfer of five scalars. When
+  any of them comes back non-finite (a NaN or an infinity, or a sum of squares
+  that overflows), the tensor takes the blockwise path below instead.
+* Other floating dtypes (float16, bfloat16, float8) and tensors holding NaN or
+  infinities: the tensor is read in views of at most :data:`BLOCK_ELEMENTS`
+  elements; each block's finite values are widened to float64 (a temporary of
+  at most one block) and reduced with a two-pass mean and sum of squared
+  deviations; blocks merge with Chan et al.'s formula.
+* Expanded dimensions (stride 0) are never materialised: the statistics of a
+  tensor that repeats each element ``r`` times are those of the un-expanded view
+  with every count multiplied by ``r`` (means, extremes and the population
+  standard deviation are unchanged by uniform repetition), which is exact.
+
+:class:`SummaryAccumulator` holds the same moments in mergeable form, so a
+statistic over many tensors (batches, shards, workers) costs memory
+independent of their number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "BLOCK_ELEMENTS",
+    "SummaryAccumulator",
+    "TensorSummary",
+    "stored_elements",
+    "summarize_tensor",
+]
+
+#: Largest number of elements a summary widens or compacts at once (blockwise path).
+BLOCK_ELEMENTS = 1 << 20
+
+_FAST_DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    """Statistics of every element of one floating tensor (or of a stream of them).
+
+    Float statistics cover the finite values only; the non-finite ones are
+    counted. With no finite value, the float statistics are NaN.
+
+    Attributes:
+        count: Number of elements, finite or not.
+        mean: Mean of the finite values.
+        std: Population standard deviation (``correction=0``) of the finite values.
+        min: Smallest finite value.
+        max: Largest finite value.
+        abs_max: Largest absolute finite value.
+        zero_fraction: Fraction of the finite values that are exactly zero.
+        nan_count: Number of NaN elements.
+        posinf_count: Number of ``+inf`` elements.
+        neginf_count: Number of ``-inf`` elements.
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    abs_max: float
+    zero_fraction: float
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+
+    @property
+    def finite_count(self) -> int:
+        """Number of finite elements (those the float statistics describe)."""
+        return self.count - self.nan_count - self.posinf_count - self.neginf_count
+
+    @property
+    def nonfinite_count(self) -> int:
+        """Number of NaN and infinite elements."""
+        return self.nan_count + self.posinf_count + self.neginf_count
+
+
+class SummaryAccumulator:
+    """Mergeable moments behind a :class:`TensorSummary`.
+
+    ``update`` adds one tensor, ``merge`` folds another accumulator in (Chan et
+    al.'s parallel update for mean and sum of squared deviations), ``finish``
+    returns the record. Memory is a few numbers whatever was added.
+    """
+
+    __slots__ = (
+        "count",
+        "finite",
+        "m2",
+        "maximum",
+        "mean",
+        "minimum",
+        "nan",
+        "neginf",
+        "posinf",
+        "zeros",
+    )
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.nan = 0
+        self.posinf = 0
+        self.neginf = 0
+        self.finite = 0
+        self.zeros = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.minimum = math.inf
+        self.maximum = -math.inf
+
+    def update(self, tensor: torch.Tensor) -> SummaryAccumulator:
+        """Add every element of a floating ``tensor``; returns ``self``."""
+        _accumulate(self, tensor)
+        return self
+
+    def merge(self, other: SummaryAccumulator) -> SummaryAccumulator:
+        """Fold ``other`` into this accumulator; returns ``self``."""
+        if not isinstance(other, SummaryAccumulator):
+            raise TypeError(
+                f"can only merge a SummaryAccumulator, got {type(other).__module__}."
+                f"{type(other).__qualname__}"
+            )
+        self.count += other.count
+        self.nan += other.nan
+        self.posinf += other.posinf
+        self.neginf += other.neginf
+        self.zeros += other.zeros
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+        self._add_moments(other.finite, other.mean, other.m2)
+        return self
+
+    def finish(self) -> TensorSummary:
+        """The summary of everything added so far."""
+        finite = self.finite
+        if finite == 0:
+            nan = math.nan
+            mean = std = low = high = abs_max = zero_fraction = nan
+        else:
+            mean = self.mean
+            std = math.sqrt(max(self.m2, 0.0) / finite)
+            low, high = self.minimum, self.maximum
+            abs_max = max(abs(low), abs(high))
+            zero_fraction = self.zeros / finite
+        return TensorSummary(
+            count=self.count,
+            mean=mean,
+            std=std,
+            min=low,
+            max=high,
+            abs_max=abs_max,
+            zero_fraction=zero_fraction,
+            nan_count=self.nan,
+            posinf_count=self.posinf,
+            neginf_count=self.neginf,
+        )
+
+    def _add_moments(self, n_b: int, mean_b: float, m2_b: float) -> None:
+        if n_b == 0:
+            return
+        n_a = self.finite
+        n = n_a + n_b
+        delta = mean_b - self.mean
+        self.mean += delta * n_b / n
+        self.m2 += m2_b + delta * delta * (n_a * n_b / n)
+        self.finite = n
+
+    def __repr__(self) -> str:
+        return f"SummaryAccumulator({self.finish()!r})"
+
+
+def summarize_tensor(tensor: torch.Tensor) -> TensorSummary:
+    """Summarize every element of a real floating tensor on its own device.
+
+    Raises:
+        TypeError: ``tensor`` is not a tensor, or is not a real floating dtype.
+        ValueError: a meta, sparse, nested or quantized tensor (no values to reduce).
+    """
+    return SummaryAccumulator().update(tensor).finish()
+
+
+def summary_unsupported_reason(tensor: torch.Tensor) -> str | None:
+    """Why ``tensor`` has no summary, or None when :func:`summarize_tensor` accepts it."""
+    if tensor.is_meta:
+        return "meta tensor: it has no values"
+    if tensor.layout != torch.strided or tensor.is_nested:
+        return f"layout {tensor.layout} is not a dense strided tensor"
+    if tensor.is_quantized:
+        return f"quantized dtype {tensor.dtype}"
+    if not tensor.is_floating_point():
+        return f"dtype {tensor.dtype} is not a real floating dtype"
+    return None
+
+
+def stored_elements(tensor: torch.Tensor) -> int:
+    """Elements a summary of ``tensor`` reads: expanded (stride-0) dimensions count once."""
+    return _unexpanded(tensor)[0].numel()
+
+
+class _SummaryCache:
+    """Summaries of tensors seen during a forward, keyed by identity and version.
+
+    The output of one module is usually the input of the next: it is reduced once.
+    A tensor modified in place gets a new version and is reduced again; an entry
+    whose tensor was freed is never reused (its weak reference is dead).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, TensorSummary]] = {}
+
+    def get(self, tensor: torch.Tensor) -> TensorSummary | None:
+        if tensor.is_inference():  # no version counter to tell in-place changes: not cached
+            return None
+        entry = self._entries.get(id(tensor))
+        if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
+            return entry[2]
+        return None
+
+    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+        cached = self.get(tensor)
+        if cached is not None:
+            return cached
+        summary = summarize_tensor(tensor)
+        if tensor.is_inference():
+            return summary
+        if len(self._entries) >= 4096:
+            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+        # Tensor subclasses without weak references are simply not cached.
+        with contextlib.suppress(TypeError):
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, summary)
+        return summary
+
+
+# --------------------------------------------------------------------------- computation
+
+
+def _accumulate(acc: SummaryAccumulator, tensor: torch.Tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(
+            f"expected a torch.Tensor, got {type(tensor).__module__}.{type(tensor).__qualname__}"
+        )
+    reason = summary_unsupported_reason(tensor)
+    if reason is not None:
+        error = TypeError if not tensor.is_floating_point() else ValueError
+        raise error(f"cannot summarize this tensor: {reason}")
+    base, repeat = _unexpanded(tensor.detach())
+    if base.numel() == 0:
+        return
+    if base.dtype in _FAST_DTYPES and _fast_path(acc, base, repeat):
+        return
+    _blockwise(acc, base, repeat)
+
+
+def _unexpanded(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The view without its stride-0 (expanded) dimensions, and how often it repeats."""
+    stride = tensor.stride()
+    if 0 not in stride:
+        return tensor, 1
+    shape = tensor.shape
+    repeat = 1
+    kept: list[int] = []
+    for size, step in zip(shape, stride, strict=True):
+        if step == 0 and size > 1:
+            repeat *= size
+            kept.append(1)
+        else:
+            kept.append(size)
+    if repeat == 1:
+        return tensor, 1
+    return tensor.as_strided(kept, stride, tensor.storage_offset()), repeat
+
+
+def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bool:
+    """Reductions on the whole strided view; False (nothing added) when a value is not finite.
+
+    On the CPU each reduction's scalar is read at once, so a NaN skips the rest and
+    the zero count runs only when 0 lies within [min, max]; on a device all of them
+    are queued and read in one transfer.
+    """
+    if tensor.device.type == "cpu":
+        total = tensor.sum().item()
+        low = tensor.amin().item()
+        high = tensor.amax().item()
+        # A NaN or an infinity makes the sum or an extreme non-finite: the exact blockwise
+        # path takes over.
+        if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+            return False
+        norm = torch.linalg.vector_norm(tensor).item()
+        zeros = _count_zeros(tensor) if low <= 0.0 <= high else 0
+    else:
+        bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
+        values: list[float] = torch.stack(
+            [
+                tensor.sum().to(torch.float64),
+                tensor.amin().to(torch.float64),
+                tensor.amax().to(torch.float64),
+                torch.linalg.vector_norm(tensor).to(torch.float64),
+                torch.count_nonzero(bits).to(torch.float64),
+                (bits.amin() == _NEGATIVE_ZERO_BITS[tensor.dtype]).to(torch.float64),
+            ]
+        ).tolist()
+        total, low, high, norm, nonzero, negative_zero = values
+        if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+            return False
+        zeros = _count_zeros(tensor) if negative_zero else tensor.numel() - int(nonzero)
+    # An overflowing sum of squares (values near the dtype's maximum) also goes blockwise.
+    if not math.isfinite(norm):
+        return False
+    n = tensor.numel()
+    mean = total / n
+    m2 = max(norm * norm - n * mean * mean, 0.0)
+    acc.count += n * repeat
+    acc.zeros += zeros * repeat
+    acc.minimum = min(acc.minimum, low)
+    acc.maximum = max(acc.maximum, high)
+    acc._add_moments(n * repeat, mean, m2 * repeat)
+    return True
+
+
+# Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero
+# integers counts non-zero floats, except -0.0, whose pattern is the integer minimum.
+_SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64}
+_NEGATIVE_ZERO_BITS = {torch.float32: -(2**31), torch.float64: -(2**63)}
+
+
+def _count_zeros(tensor: torch.Tensor) -> int:
+    """Exact count of zeros (both signs) with reductions only, no full-size mask."""
+    bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
+    zeros = tensor.numel() - int(torch.count_nonzero(bits).item())
+    if int(bits.amin().item()) == _NEGATIVE_ZERO_BITS[tensor.dtype]:
+        # Rare -0.0 values: counted exactly, one bounded block at a time.
+        negative = sum(
+            int(((block == 0) & (block.view(bits.dtype) != 0)).sum().item())
+            for block in _blocks(tensor, BLOCK_ELEMENTS)
+        )
+        zeros += negative
+    return zeros
+
+
+def _blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
+    """Views of ``tensor`` with at most ``limit`` elements each, covering it exactly once."""
+    if tensor.dim() == 0 or tensor.numel() <= limit:
+        yield tensor
+        return
+    length = tensor.shape[0]
+    inner = tensor.numel() // length
+    if inner == 0:
+        return
+    if inner <= limit:
+        rows = max(1, limit // inner)
+        for start in range(0, length, rows):
+            yield tensor.narrow(0, start, min(rows, length - start))
+        return
+    for index in range(length):
+        yield from _blocks(tensor.select(0, index), limit)
+
+
+def _blockwise(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> None:
+    """Exact float64 moments, one bounded block at a time, one host transfer at the end."""
+    rows: list[torch.Tensor] = []
+    f64 = torch.float64
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        flat = block.reshape(-1) if block.is_contiguous() else block
+        finite_mask = torch.isfinite(flat)
+        finite = flat[finite_mask].to(f64)  # at most one block: the only widened copy
+        n = finite.numel()
+        mean = finite.sum() / n if n else finite.new_zeros(())
+        m2 = (finite - mean).square().sum() if n else finite.new_zeros(())
+        low = finite.amin() if n else finite.new_full((), math.inf)
+        high = finite.amax() if n else finite.new_full((), -math.inf)
+        rows.append(
+            torch.stack(
+                [
+                    torch.tensor(float(n), dtype=f64, device=finite.device),
+                    mean.to(f64),
+                    m2.to(f64),
+                    low.to(f64),
+                    high.to(f64),
+                    (finite == 0).sum().to(f64),
+                    torch.isnan(flat).sum().to(f64),
+                    (flat == math.inf).sum().to(f64),
+                    torch.tensor(float(flat.numel()), dtype=f64, device=finite.device),
+                ]
+            )
+        )
+    table: list[list[float]] = torch.stack(rows).tolist()
+    for n_f, mean_b, m2_b, low_b, high_b, zeros, nans, posinf, total in table:
+        n_block = int(total)
+        n_finite = int(n_f)
+        n_nan = int(nans)
+        n_posinf = int(posinf)
+        acc.count += n_block * repeat
+        acc.nan += n_nan * repeat
+        acc.posinf += n_posinf * repeat
+        acc.neginf += (n_block - n_finite - n_nan - n_posinf) * repeat
+        acc.zeros += int(zeros) * repeat
+        if n_finite:
+            acc.minimum = min(acc.minimum, low_b)
+            acc.maximum = max(acc.maximum, high_b)
+            acc._add_moments(n_finite * repeat, mean_b, m2_b * repeat)

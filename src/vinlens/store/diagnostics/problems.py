@@ -1,0 +1,87 @@
+"""What a user should not overlook in a store's statistics, ranked by severity; Pearson r.
+
+The CLI, the dashboard and any other front end show the list :func:`dashboard_problems`
+returns, so they agree on what is an error, a warning or a notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from vinlens.store.diagnostics.records import VinOfflineDatasetStats
+
+__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r"]
+
+#: Severities, most severe first.
+PROBLEM_SEVERITIES = ("error", "warning", "notice")
+
+#: Sample keys spelled out in the no-valid-candidate warning.
+_LISTED_KEYS = 5
+
+
+def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
+    """Problems of one statistics record as ``{"severity", "title", "detail"}``, most severe first.
+
+    Errors are the integrity findings (missing chunks, mismatched blocks, refused
+    chunks, unreadable records, non-finite values, ...). Warnings and notices are facts a
+    user should not overlook in the other numbers: a warning for sampled samples without
+    any valid candidate; notices for labelled samples that cannot be paired by candidate
+    identity and for a store without scene supervision. Within a severity, the order is
+    the record's.
+    """
+    problems: list[dict[str, str]] = []
+    for problem in stats.integrity_problems:
+        where = "/".join(str(part) for part in (problem.shard_id, problem.block) if part)
+        problems.append(
+            {
+                "severity": "error",
+                "title": f"{problem.kind}{f' in shard {where}' if where else ''}",
+                "detail": problem.message,
+            }
+        )
+    no_valid = [s.sample_key for s in stats.sample_summaries if s.candidate_count == 0]
+    if no_valid:
+        shown = ", ".join(no_valid[:_LISTED_KEYS]) + (", …" if len(no_valid) > _LISTED_KEYS else "")
+        problems.append(
+            {
+                "severity": "warning",
+                "title": f"{len(no_valid)} sampled sample(s) without any valid candidate",
+                "detail": shown,
+            }
+        )
+    unpaired = max(
+        stats.rri_pairing_unavailable_count, len(stats.rri_pairing_unavailable_sample_keys)
+    )
+    if unpaired:
+        problems.append(
+            {
+                "severity": "notice",
+                "title": f"{unpaired} sampled labelled sample(s) lack candidate IDs",
+                "detail": "RRI/component pairs exclude them; their marginal histograms still "
+                "count them.",
+            }
+        )
+    if not stats.scene_labels_available:
+        problems.append(
+            {
+                "severity": "notice",
+                "title": "No scene supervision in this store",
+                "detail": "capabilities.scene_labels is false: candidate counts, RRI and "
+                "components are unavailable (not zero).",
+            }
+        )
+    order = {severity: i for i, severity in enumerate(PROBLEM_SEVERITIES)}
+    return sorted(problems, key=lambda p: order[p["severity"]])
+
+
+def pearson_r(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
+    """Pearson's correlation of two equally long series; ``None`` below 2 values or without spread."""
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    b = np.asarray(y, dtype=np.float64).reshape(-1)
+    if a.size != b.size:
+        raise ValueError(f"pearson_r needs equally long series, got {a.size} and {b.size}")
+    if a.size < 2 or float(np.std(a)) == 0.0 or float(np.std(b)) == 0.0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])

@@ -1,0 +1,197 @@
+"""Per-shard partials: any grouping, any executor, any worker count gives the same record."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import math
+import pickle
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vinlens.store.diagnostics import (
+    StatsPartial,
+    VinOfflineDatasetStats,
+    capture_vin_offline_dataset_stats_request,
+    collect_vin_offline_dataset_stats,
+    dask_executor,
+    inspect_vin_offline_dataset_stats,
+    inspect_vin_offline_dataset_stats_with_progress,
+)
+from vinlens.store.diagnostics.acquire import _plans, build_stats_record
+from vinlens.store.diagnostics.kernels import Moments
+from vinlens.store.diagnostics.scan import scan_shard
+from vinlens.store.reader import VinOfflineStoreReader
+from vinlens.store.sample import VinOfflineSample
+from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
+from vinlens.store.writer import VinOfflineStoreWriter
+
+# 3 scenes x 4 snippets x 2 samples = 24 rows in 8 shards of 3: many groupings.
+SPEC = SyntheticStoreSpec(
+    num_scenes=3, snippets_per_scene=4, samples_per_snippet=2, rows_per_shard=3, seed=11
+)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic_store(tmp_path_factory.mktemp("partials") / "store", SPEC).store_dir
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_partials(
+    store: Path, max_samples: int | None
+) -> tuple[list[bytes], Any, VinOfflineDatasetStats]:
+    """Pickled per-shard partials (fresh copies per example), the request, the sequential record."""
+    request = capture_vin_offline_dataset_stats_request(store, max_samples=max_samples)
+    with VinOfflineStoreReader(store) as reader:
+        partials = [pickle.dumps(scan_shard(reader, plan)) for plan in _plans(reader, max_samples)]
+    sequential = inspect_vin_offline_dataset_stats(request)
+    return partials, request, sequential
+
+
+@pytest.mark.parametrize("max_samples", [None, 7])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cuts=st.lists(st.booleans(), min_size=7, max_size=7))
+def test_any_grouping_of_shards_gives_the_sequential_record(
+    store: Path, max_samples: int | None, cuts: list[bool]
+) -> None:
+    partials, request, sequential = _shard_partials(store, max_samples)
+    assert len(partials) == 8
+    with VinOfflineStoreReader(store) as reader:
+        groups: list[StatsPartial] = []
+        current: StatsPartial | None = None
+        for i, blob in enumerate(partials):
+            part = pickle.loads(blob)
+            current = part if current is None else current.merge(part)
+            if i == len(partials) - 1 or cuts[i]:
+                groups.append(pickle.loads(pickle.dumps(current)))
+                current = None
+        folded = StatsPartial()
+        for group in groups:
+            folded.merge(group)
+        assert build_stats_record(reader, folded, request) == sequential
+
+
+def _assert_identical(a: VinOfflineDatasetStats, b: VinOfflineDatasetStats) -> None:
+    assert a == b
+    # Bit for bit, not only ==: NaN-free floats compare by value, so compare their bits too.
+    for x, y in zip(a.backbone_diagnostics, b.backbone_diagnostics, strict=True):
+        assert np.float64(x.mean).tobytes() == np.float64(y.mean).tobytes()
+        assert np.float64(x.std).tobytes() == np.float64(y.std).tobytes()
+
+
+@pytest.mark.parametrize("max_samples", [None, 5])
+def test_process_pool_equals_in_process(store: Path, max_samples: int | None) -> None:
+    request = capture_vin_offline_dataset_stats_request(store, max_samples=max_samples)
+    local = inspect_vin_offline_dataset_stats(request)
+    calls: list[tuple[int, int]] = []
+    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+        remote = inspect_vin_offline_dataset_stats_with_progress(
+            request, lambda done, total: calls.append((done, total)), executor=pool
+        )
+        again = collect_vin_offline_dataset_stats(store, max_samples=max_samples, executor=pool)
+    _assert_identical(local, remote)
+    _assert_identical(local, again)
+    total = local.sampled_samples
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+
+
+def test_executor_progress_callback_can_cancel(store: Path) -> None:
+    request = capture_vin_offline_dataset_stats_request(store, max_samples=None)
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel_after_first(done: int, total: int) -> None:
+        if done:
+            raise Cancelled
+
+    with (
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+        pytest.raises(Cancelled),
+    ):
+        inspect_vin_offline_dataset_stats_with_progress(request, cancel_after_first, executor=pool)
+
+
+def test_dask_local_cluster_equals_in_process(store: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    local = collect_vin_offline_dataset_stats(store, max_samples=None)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        dask_executor(cluster.scheduler_address) as executor,
+    ):
+        remote = collect_vin_offline_dataset_stats(store, max_samples=None, executor=executor)
+    _assert_identical(local, remote)
+
+
+def test_missing_dask_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # what a missing package looks like
+    with pytest.raises(ImportError, match=r"vinlens\[dask\]"), dask_executor():
+        pass
+
+
+def test_float16_moments_are_exact(tmp_path: Path) -> None:
+    """float16 bit-pattern counts give the exactly rounded mean and std of the values."""
+    rng = np.random.default_rng(3)
+    rows = [(rng.normal(size=(6, 5)) * 40 + 1000).astype(np.float16) for _ in range(9)]
+    rows[2][0, 0] = np.float16(np.inf)  # listed as non-finite, left out of the moments
+    with VinOfflineStoreWriter(
+        tmp_path / "s", num_candidates=2, scene_labels=False, rows_per_shard=4, fsync=False
+    ) as w:
+        for i, voxel in enumerate(rows):
+            w.add(
+                VinOfflineSample(
+                    sample_key=f"k{i}",
+                    scene_id="scene_1",
+                    snippet_id=f"snippet_{i}",
+                    split="train",
+                    vin_points=np.zeros((2, 3), np.float32),
+                    backbone={"voxel": voxel},
+                )
+            )
+    stats = collect_vin_offline_dataset_stats(tmp_path / "s", max_samples=None)
+    values = [Fraction(float(v)) for r in rows for v in r.reshape(-1) if np.isfinite(v)]
+    n = len(values)
+    mean = sum(values) / n
+    variance = sum((v - mean) ** 2 for v in values) / n
+    (field,) = stats.backbone_diagnostics
+    assert field.count == n and field.sampled_rows == 9
+    assert field.mean == float(mean)
+    # The exact variance rounded once to float64, then the float64 square root.
+    assert field.std == math.sqrt(float(variance))
+    assert field.abs_mean == float(sum(abs(v) for v in values) / n)
+    assert [p.kind for p in stats.integrity_problems] == ["NonFiniteValues"]
+
+
+def test_moments_merge_is_exact_and_order_free() -> None:
+    rng = np.random.default_rng(5)
+    blocks = [rng.normal(size=int(rng.integers(1, 5000))) * 1e6 + 1e8 for _ in range(6)]
+    parts = []
+    for block in blocks:
+        m = Moments()
+        m.update(block.astype(np.float32))
+        parts.append(m)
+    forward = Moments()
+    for m in parts:
+        forward.merge(pickle.loads(pickle.dumps(m)))
+    backward = Moments()
+    for m in reversed(parts):
+        backward.merge(pickle.loads(pickle.dumps(m)))
+    assert forward.finish() == backward.finish()
+    values = np.concatenate([b.astype(np.float32).astype(np.float64) for b in blocks])
+    count, mean, std, _, _ = forward.finish()
+    assert count == values.size
+    assert mean == pytest.approx(values.mean(), rel=1e-14)
+    assert std == pytest.approx(values.std(), rel=1e-9)

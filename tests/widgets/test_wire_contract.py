@@ -1,0 +1,198 @@
+"""The wire contract: Python payloads and the TypeScript decoders agree, for every widget.
+
+Each widget is built for real (torch models, a zarr store, raw tars); its synced state is
+split the way ipywidgets sends it (binary parts out, with their paths) and written to a
+fixture directory together with what the state *means* (``payload_decode.canonical``,
+the spec in docs/architecture.md read in Python). ``js/lib/wire-contract.test.ts``
+then decodes every fixture with ``js/lib/payload.ts`` and must arrive at the same
+meaning. A widget added to vinlens gets a case in ``_cases`` below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import numpy as np
+import pytest
+import torch
+from ipywidgets.widgets.widget import _remove_buffers
+from payload_decode import canonical
+
+from vinlens.widgets._base import STATIC_DIR
+from vinlens.widgets._payload import encode_array, encode_float, encode_table, split_buffers
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(
+    shutil.which("npx") is None or not (REPO / "node_modules").exists(),
+    reason="needs node and the JS dev dependencies (npm install)",
+)
+
+_ANYWIDGET_TRAITS = set(anywidget.AnyWidget.class_trait_names(sync=True)) | {
+    "_esm",
+    "_css",
+    "_anywidget_id",
+}
+
+
+def _widget_state(widget: Any) -> dict[str, Any]:
+    """The synced traitlets a vinlens widget adds, serialized as ipywidgets sends them."""
+    names = sorted(set(widget.trait_names(sync=True)) - _ANYWIDGET_TRAITS)
+    state: dict[str, Any] = widget.get_state(names)
+    return state
+
+
+def _edge_cases() -> dict[str, Any]:
+    """Every dtype and the corners of the spec, beside the widgets' real payloads."""
+    big = np.array([0, 2**40, -(2**40)], dtype=np.int64)  # does not fit int32: float64
+    return {
+        "floats": [encode_float(v) for v in (1.5, float("nan"), float("inf"), -float("inf"))],
+        "arrays": {
+            dtype: encode_array(np.array([0, 1, 2, 3, 4, 5], dtype=dtype).reshape(2, 3))
+            for dtype in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32")
+        },
+        "float16": encode_array(np.array([0.5, np.nan, np.inf, 65504], dtype=np.float16)),
+        "float32": encode_array(np.array([1e-45, -0.0, 3.4e38, np.nan], dtype=np.float32)),
+        "float64": encode_array(np.array([[1 / 3, -np.inf]], dtype=np.float64)),
+        "big_endian": encode_array(np.array([1, 258, -3], dtype=">i4")),
+        "int64_small": encode_array(np.array([1, -2, 2**31 - 1], dtype=np.int64)),
+        "int64_big": encode_array(big),
+        "uint64": encode_array(np.array([2**53], dtype=np.uint64)),
+        "empty_array": encode_array(np.zeros((0, 4), dtype=np.float32)),
+        "scalar_array": encode_array(np.array(7.25, dtype=np.float64)),
+        "table": encode_table(
+            {
+                "name": ["", "ascii", "Grüße", "场景/片段", "emoji 🙂", "tab\tnewline\n"],
+                "count": np.array([0, 1, 2, 3, 4, 2**31 - 1], dtype=np.int64),
+                "ratio": np.array([0.0, np.nan, 0.5, np.inf, -1.0, 1e-300]),
+                "flag": np.array([True, False, True, False, True, False]),
+            }
+        ),
+        "empty_table": encode_table({"name": [], "value": np.zeros(0)}),
+        "raw_bytes": b"\x00\x01\xfe\xff",
+        "nested": [{"deep": [encode_array(np.arange(3, dtype=np.uint16))]}],
+    }
+
+
+def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """(name, make payload) for every widget; the payload is a widget or a plain tree."""
+    from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+    from vinlens.demo.config import DemoVinConfig
+    from vinlens.model_inspection import CaptureLimits
+    from vinlens.store.synthetic import SyntheticRawSpec, write_synthetic_dataset
+    from vinlens.widgets import (
+        AttributionViewerWidget,
+        ConfigTreeWidget,
+        CoverageHeatmapWidget,
+        ModuleTableWidget,
+        SnapshotBrowserWidget,
+        StoreDashboardWidget,
+    )
+
+    model = MultiCameraDemoModel()
+    images = {k: v[0] for k, v in make_camera_images(seed=3).items()}
+    dataset = write_synthetic_dataset(
+        tmp_path / "ds", raw_spec=SyntheticRawSpec(missing_snippets_per_scene=2)
+    )
+
+    def snapshot_browser() -> Any:
+        batch = make_camera_images(seed=1)
+        w = SnapshotBrowserWidget(
+            model, lambda: model(batch), limits=CaptureLimits(max_samples_per_tensor=8)
+        )
+        w.capture(module_paths=["encoders.rgb.conv1", "head"])
+        return w
+
+    def dashboard() -> Any:
+        w = StoreDashboardWidget(dataset.config, max_samples=None)
+        w.wait(120)
+        return w
+
+    def coverage() -> Any:
+        w = CoverageHeatmapWidget(dataset.config)
+        w.wait(120)
+        return w
+
+    def coverage_reply() -> Any:
+        w = coverage()
+        scene = w.record.per_scene[0].scene_id
+        reply = w.run_command("scene_snippets", {"scene_id": scene})
+        assert reply["kind"] == "result", reply
+        return reply
+
+    yield "config_tree", lambda: ConfigTreeWidget(DemoVinConfig())
+    yield "module_table", lambda: ModuleTableWidget(model)
+    yield "snapshot_browser", snapshot_browser
+    yield (
+        "attribution_viewer",
+        lambda: AttributionViewerWidget(
+            model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
+        ),
+    )
+    yield "store_dashboard", dashboard
+    yield "coverage_heatmap", coverage
+    yield "coverage_heatmap_scene_snippets_reply", coverage_reply
+    yield "edge_cases", _edge_cases
+
+
+def _write_fixture(out: Path, name: str, made: Any) -> None:
+    if isinstance(made, anywidget.AnyWidget):
+        state = _widget_state(made)
+        made.close()
+        meaning = canonical(state)
+        stripped, paths, buffers = _remove_buffers(state)
+    else:
+        # A custom message or a plain tree: split as _base sends it, then placed back
+        # at the same spots, as the browser's joinBuffers does.
+        meaning = canonical(made)
+        stripped, paths, buffers = _remove_buffers(made)
+        assert split_buffers(made)[1] == [bytes(b) for b in buffers]
+    for i, buffer in enumerate(buffers):
+        (out / f"{name}.{i}.bin").write_bytes(bytes(buffer))
+    fixture = {"name": name, "state": stripped, "buffer_paths": paths, "expected": meaning}
+    (out / f"{name}.json").write_text(json.dumps(fixture, allow_nan=False), encoding="utf-8")
+
+
+@pytest.mark.skipif(not (STATIC_DIR / "config_tree.js").exists(), reason="bundle not built")
+def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_path):
+    torch.manual_seed(0)
+    out = tmp_path / "fixtures"
+    out.mkdir()
+    names = []
+    for name, make in _cases(tmp_path):
+        _write_fixture(out, name, make())
+        names.append(name)
+    report = tmp_path / "vitest.json"
+    done = subprocess.run(
+        [
+            "npx",
+            "vitest",
+            "run",
+            "js/lib/wire-contract.test.ts",
+            "--reporter=json",
+            f"--outputFile={report}",
+        ],
+        cwd=REPO,
+        env={**os.environ, "VINLENS_WIRE_FIXTURES": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert report.exists(), done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads(report.read_text(encoding="utf-8"))
+    tests = {t["title"]: t for suite in results["testResults"] for t in suite["assertionResults"]}
+    failures = {
+        title: "\n".join(t.get("failureMessages", []))[:2000]
+        for title, t in tests.items()
+        if t["status"] != "passed"
+    }
+    assert not failures, f"{sorted(failures)} disagree; first: {next(iter(failures.values()), '')}"
+    assert set(names) <= set(tests), (names, sorted(tests))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
