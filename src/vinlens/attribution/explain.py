@@ -223,7 +223,10 @@ def explain_cameras(
 
     Raises:
         ValueError: Unknown method, a target camera missing from ``images``, images of
-            the wrong rank, or errors from the methods (bad layer path, bad score).
+            the wrong rank, or errors from the methods (bad layer path, bad score, an
+            output index out of range, or a
+            :class:`~vinlens.attribution.layout.LayerLayoutError` for a layer output that
+            cannot be read as ``[B, C, H, W]`` without a ``layout`` or ``reshape_transform``).
         RuntimeError: When a target layer never sees its camera or the score does not
             depend on it (see :mod:`vinlens.attribution.methods`).
     """
