@@ -26,6 +26,7 @@ from vinlens.attribution.explain import (
     CameraAttribution,
     check_camera_targets,
     explain_cameras,
+    near_flat_cameras,
     normalize_map,
 )
 from vinlens.attribution.flatness import MapFlatness, map_flatness
@@ -83,6 +84,7 @@ __all__ = [
     "layer_choices",
     "map_flatness",
     "method_labels",
+    "near_flat_cameras",
     "normalize_map",
     "probe_layer_calls",
 ]

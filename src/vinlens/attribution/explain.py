@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vinlens.attribution.flatness import DEFAULT_RELATIVE_SPAN, map_flatness
 from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.methods import (
     ablation_cam_with_scores,
@@ -30,13 +31,19 @@ from vinlens.attribution.targets import CameraExplanationTarget
 
 __all__ = [
     "ATTRIBUTION_METHODS",
+    "NEAR_FLAT_SPREAD",
     "CameraAttribution",
     "ImageLike",
     "check_camera_targets",
     "explain_cameras",
+    "near_flat_cameras",
     "normalize_map",
 ]
 
+NEAR_FLAT_SPREAD = DEFAULT_RELATIVE_SPAN
+"""Default of :func:`near_flat_cameras`: the relative span of
+:func:`~vinlens.attribution.flatness.map_flatness` (a map whose spread is at most this
+fraction of the widest spread among the cameras explained with it is near flat)."""
 
 ATTRIBUTION_METHODS: tuple[str, ...] = tuple(METHOD_REGISTRY)
 """Method names :func:`explain_cameras` accepts, in the order a viewer lists them
@@ -110,6 +117,11 @@ class CameraAttribution:
         return (int(self.raw_map.shape[0]), int(self.raw_map.shape[1]))
 
     @property
+    def spread(self) -> float:
+        """``raw_max - raw_min``: how much the map varies at all."""
+        return self.raw_max - self.raw_min
+
+    @property
     def image_shape(self) -> tuple[int, int]:
         """``(H, W)`` of the camera image."""
         return (int(self.upsampled_map.shape[0]), int(self.upsampled_map.shape[1]))
@@ -128,6 +140,31 @@ class CameraAttribution:
             vmin=self.raw_min if vmin is None else vmin,
             vmax=self.raw_max if vmax is None else vmax,
         )
+
+
+def near_flat_cameras(
+    records: Iterable[CameraAttribution], *, relative_spread: float = NEAR_FLAT_SPREAD
+) -> frozenset[tuple[int, str]]:
+    """``(sample_index, camera_key)`` of the maps that are near flat beside the others.
+
+    Normalised per camera, a map spanning 1.8e-4 to 2.0e-4 looks as hot as one spanning
+    0 to 0.5. A map is near flat when its :attr:`~CameraAttribution.spread` is at most
+    ``relative_spread`` times the widest spread among the records of the same sample
+    (every map of a sample is near flat when all their spreads are zero), or at most the
+    absolute floor of :func:`~vinlens.attribution.flatness.map_flatness`, which applies
+    the rule to each sample's records. A viewer marks these and shows their raw range.
+    """
+    if not 0.0 <= relative_spread < 1.0:
+        raise ValueError(f"relative_spread must be in [0, 1), got {relative_spread!r}.")
+    by_sample: dict[int, list[CameraAttribution]] = {}
+    for record in records:
+        by_sample.setdefault(record.sample_index, []).append(record)
+    flat: set[tuple[int, str]] = set()
+    for sample, found in by_sample.items():
+        ranges = {record.camera_key: (record.raw_min, record.raw_max) for record in found}
+        judged = map_flatness(ranges, relative_span=relative_spread)
+        flat.update((sample, key) for key, verdict in judged.items() if verdict.flat)
+    return frozenset(flat)
 
 
 def normalize_map(

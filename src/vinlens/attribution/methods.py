@@ -164,8 +164,8 @@ def _per_sample_scores(value: torch.Tensor, batch_size: int, *, what: str) -> to
 def _missing_activation_error(target: CameraExplanationTarget, call_count: int) -> RuntimeError:
     return RuntimeError(
         f"Target layer {target.target.module_path!r} never produced camera "
-        f"{target.camera_key!r}'s activation (capture mode {target.capture_mode!r}, "
-        f"invocation_index={target.invocation_index}); the layer ran {call_count} time(s) "
+        f"{target.camera_key!r}: no activation for it in capture mode {target.capture_mode!r} "
+        f"(invocation_index={target.invocation_index}); the layer ran {call_count} time(s) "
         "during score(). Check the module path, the capture mode and the invocation index."
     )
 

@@ -20,7 +20,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from vinlens.store.diagnostics.accumulators import StatsPartial
@@ -89,26 +88,26 @@ class ShardTask:
 # Workers
 # --------------------------------------------------------------------------------------
 
-_worker_lock = threading.Lock()
-_worker_reader: tuple[str, VinOfflineStoreReader] | None = None
+# One reader per worker thread (a process pool's worker has one thread): it parses the
+# sample index once per request and is never closed under a task still using it.
+_worker = threading.local()
 
 
 def _reader_for(task: ShardTask) -> VinOfflineStoreReader:
-    """This process's reader for the task's request (parsed once per process and request)."""
-    global _worker_reader
-    key = f"{task.config.model_dump_json()}|{task.request.digest()}"
-    with _worker_lock:
-        if _worker_reader is not None and _worker_reader[0] == key:
-            return _worker_reader[1]
-        if _worker_reader is not None:
-            _worker_reader[1].close()
-            _worker_reader = None
-        reader = VinOfflineStoreReader(task.config)
-        if reader.generation != task.request.generation:
-            reader.close()
-            raise _replaced(task.request, "while it was being read (seen by a worker)")
-        _worker_reader = (key, reader)
-        return reader
+    """This thread's reader for the task's request (opened once per thread and request)."""
+    key = task.request.digest()
+    cached: tuple[str, VinOfflineStoreReader] | None = getattr(_worker, "reader", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if cached is not None:
+        cached[1].close()
+        _worker.reader = None
+    reader = VinOfflineStoreReader(task.config)
+    if reader.generation != task.request.generation:
+        reader.close()
+        raise _replaced(task.request, "while it was being read (seen by a worker)")
+    _worker.reader = (key, reader)
+    return reader
 
 
 def run_shard_task(task: ShardTask) -> StatsPartial:
@@ -342,8 +341,12 @@ def build_stats_record(
             std=std,
             abs_mean=abs_mean,
             nz_frac=nz,
+            minimum=low,
+            maximum=high,
         )
-        for name, shape, rows, (count, mean, std, abs_mean, nz) in partial.backbone.finish()
+        for name, shape, rows, (count, mean, std, abs_mean, nz), (low, high) in (
+            partial.backbone.finish()
+        )
     ]
     summaries = []
     for si in summary_rows:
@@ -417,7 +420,9 @@ def capture_vin_offline_dataset_stats_request(
     checked = check_max_samples(max_samples)
     config = as_store_config(store)
     generation = capture_store_generation(config)
-    selection = VinOfflineStoreSelection(store_dir=generation.store_dir.path)
+    selection = VinOfflineStoreSelection(
+        store_dir=generation.store_dir.path, storage_options=config.storage_options
+    )
     return VinOfflineDatasetStatsRequest(
         selection=selection, generation=generation, max_samples=checked
     )
@@ -432,9 +437,9 @@ def _replaced(request: VinOfflineDatasetStatsRequest, when: str) -> VinOfflineSt
     )
 
 
-def _current_generation(path: str) -> StoreGeneration | None:
+def _current_generation(config: VinOfflineStoreConfig) -> StoreGeneration | None:
     try:
-        return capture_store_generation(path)
+        return capture_store_generation(config)
     except (VinOfflineStoreError, OSError):
         return None
 
@@ -474,14 +479,17 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
-    path = request.selection.store_dir
-    if _current_generation(path) != request.generation:
+    # The config travels to workers: a path or URL plus storage options, never a handle.
+    config = VinOfflineStoreConfig(
+        store_dir=request.selection.store_dir,
+        storage_options=request.selection.storage_options,
+    )
+    if _current_generation(config) != request.generation:
         raise _replaced(request, "before the read started")
-    config = VinOfflineStoreConfig(store_dir=Path(path))
     try:
         reader = VinOfflineStoreReader(config)
     except (VinOfflineStoreError, OSError) as exc:
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being opened") from exc
         raise
     try:
@@ -499,14 +507,14 @@ def inspect_vin_offline_dataset_stats_with_progress(
         except VinOfflineStoreReplacedError:
             raise
         except Exception as exc:
-            if _current_generation(path) != request.generation:
+            if _current_generation(config) != request.generation:
                 raise _replaced(request, "while it was being read") from exc
             raise
         try:
             reader.check_generation()
         except StoreReplacedError as exc:
             raise _replaced(request, "while it was being read") from exc
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being read")
         return result
     finally:
