@@ -67,6 +67,7 @@ __all__ = [
     "MapAccumulator",
     "RelianceSummary",
     "aggregate_attributions",
+    "batch_camera_images",
     "camera_image_means",
     "camera_reliance",
     "camera_reliance_over",
@@ -431,7 +432,13 @@ def _sorted(table: Mapping[tuple[str, int | None], MapAccumulator]) -> tuple[Map
 # -- driving a DataLoader -------------------------------------------------------------------
 
 
-def _default_batch_images(batch: Any) -> Mapping[str, ImageLike]:
+def batch_camera_images(batch: Any) -> Mapping[str, ImageLike]:
+    """The camera mapping of a loader batch, as the dataset functions read it by default.
+
+    A batch that is a mapping camera key -> images is returned as is; for
+    ``(images, labels, ...)`` the first item is returned. Anything else raises a
+    ``TypeError`` that says to pass ``batch_images``.
+    """
     if isinstance(batch, Mapping):
         return batch
     if isinstance(batch, list | tuple) and batch and isinstance(batch[0], Mapping):
@@ -517,7 +524,7 @@ def aggregate_attributions(
     Returns:
         The aggregate; call :meth:`AttributionAggregate.finish` for the maps.
     """
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     to_labels = batch_labels or _default_batch_labels
     aggregate = AttributionAggregate(method, bins=bins, top_k=top_k)
     pending: list[tuple[Sequence[CameraAttribution], list[int | None] | None]] = []
@@ -782,7 +789,7 @@ def camera_image_means(
     batches: Iterable[Any], *, batch_images: BatchImages | None = None
 ) -> dict[str, torch.Tensor]:
     """Per-camera mean image ``[C, H, W]`` (float64 sums, one pass, memory of one image each)."""
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     sums: dict[str, torch.Tensor] = {}
     count = 0
     for batch in batches:
@@ -813,7 +820,7 @@ def camera_reliance_over(
     (:func:`camera_image_means`), which needs a second pass: ``batches`` must then be
     re-iterable (a ``DataLoader`` or a list, not a generator).
     """
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     to_labels = batch_labels or _default_batch_labels
     if isinstance(baseline, str) and baseline not in RELIANCE_BASELINES:
         raise ValueError(
