@@ -19,6 +19,7 @@ Nothing here writes; the zarr store handed out is opened ``read_only=True``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import io
@@ -473,8 +474,10 @@ def _with_defaults(protocol: str, storage_options: Mapping[str, Any] | None) -> 
     """The caller's storage options over this module's defaults for the protocol."""
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
-        config = {**DEFAULT_S3_OPTIONS["config_kwargs"], **options.get("config_kwargs", {})}
-        options = {**DEFAULT_S3_OPTIONS, **options, "config_kwargs": config}
+        # Deep copies: botocore rewrites the ``retries`` dict it is given in place.
+        defaults = copy.deepcopy(DEFAULT_S3_OPTIONS)
+        config = {**defaults["config_kwargs"], **copy.deepcopy(options.get("config_kwargs", {}))}
+        options = {**defaults, **options, "config_kwargs": config}
     return options
 
 
