@@ -689,6 +689,20 @@ class VinOfflineStoreReader:
             self._raise_missing(block, start, stop)
         if block.raw_dtype is not None:
             return self._read_rows_raw(block, start, stop)
+        if start < stop:
+            # zarr opens chunk files itself: refuse directories and special files first (a
+            # FIFO would block the open, a device has size 0 and endless bytes).
+            expected = None
+            if block.meta.stored_dtype is not None:
+                expected = math.prod(block.meta.chunk_shape) * block.meta.stored_dtype.itemsize
+            rc = block.row_chunk
+            for r in range(start // rc, (stop - 1) // rc + 1):
+                for inner in self._inner_coords(block.meta):
+                    rel = f"{block.path}/{block.meta.encode_key((r, *inner))}"
+                    try:
+                        self._check_chunk_file(rel, expected, block, (start, stop))
+                    except FileNotFoundError:
+                        self._raise_missing(block, start, stop)
         try:
             data = self._zarr_handle(block)[start:stop]
         except Exception as exc:
@@ -802,13 +816,7 @@ class VinOfflineStoreReader:
             if r not in block.complete_rows and not block.status.complete:
                 continue
             try:
-                for inner in self._inner_coords(meta):
-                    self._check_chunk_file(
-                        f"{block.path}/{meta.encode_key((r, *inner))}", None, block, (a, b)
-                    )
-                part = self.read_rows(shard_id, name, a, b)
-            except FileNotFoundError:
-                continue
+                part = self.read_rows(shard_id, name, a, b)  # checks every chunk file first
             except (CorruptChunkError, MissingChunksError) as exc:
                 problems.append(exc)
                 continue

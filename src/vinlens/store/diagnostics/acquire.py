@@ -88,26 +88,26 @@ class ShardTask:
 # Workers
 # --------------------------------------------------------------------------------------
 
-_worker_lock = threading.Lock()
-_worker_reader: tuple[str, VinOfflineStoreReader] | None = None
+# One reader per worker thread (a process pool's worker has one thread): it parses the
+# sample index once per request and is never closed under a task still using it.
+_worker = threading.local()
 
 
 def _reader_for(task: ShardTask) -> VinOfflineStoreReader:
-    """This process's reader for the task's request (parsed once per process and request)."""
-    global _worker_reader
-    key = f"{task.config.model_dump_json()}|{task.request.digest()}"
-    with _worker_lock:
-        if _worker_reader is not None and _worker_reader[0] == key:
-            return _worker_reader[1]
-        if _worker_reader is not None:
-            _worker_reader[1].close()
-            _worker_reader = None
-        reader = VinOfflineStoreReader(task.config)
-        if reader.generation != task.request.generation:
-            reader.close()
-            raise _replaced(task.request, "while it was being read (seen by a worker)")
-        _worker_reader = (key, reader)
-        return reader
+    """This thread's reader for the task's request (opened once per thread and request)."""
+    key = task.request.digest()
+    cached: tuple[str, VinOfflineStoreReader] | None = getattr(_worker, "reader", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if cached is not None:
+        cached[1].close()
+        _worker.reader = None
+    reader = VinOfflineStoreReader(task.config)
+    if reader.generation != task.request.generation:
+        reader.close()
+        raise _replaced(task.request, "while it was being read (seen by a worker)")
+    _worker.reader = (key, reader)
+    return reader
 
 
 def run_shard_task(task: ShardTask) -> StatsPartial:
@@ -341,8 +341,12 @@ def build_stats_record(
             std=std,
             abs_mean=abs_mean,
             nz_frac=nz,
+            minimum=low,
+            maximum=high,
         )
-        for name, shape, rows, (count, mean, std, abs_mean, nz) in partial.backbone.finish()
+        for name, shape, rows, (count, mean, std, abs_mean, nz), (low, high) in (
+            partial.backbone.finish()
+        )
     ]
     summaries = []
     for si in summary_rows:
@@ -475,6 +479,7 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
+    # The config travels to workers: a path or URL plus storage options, never a handle.
     config = VinOfflineStoreConfig(
         store_dir=request.selection.store_dir,
         storage_options=request.selection.storage_options,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import operator
-from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -146,7 +145,17 @@ class Moments:
     (added exactly; turned into the same exact sums at :meth:`finish`).
     """
 
-    __slots__ = ("abs_total", "count", "counts16", "nonfinite", "nonzero", "q", "s")
+    __slots__ = (
+        "abs_total",
+        "count",
+        "counts16",
+        "maximum",
+        "minimum",
+        "nonfinite",
+        "nonzero",
+        "q",
+        "s",
+    )
 
     def __init__(self) -> None:
         self.count = 0
@@ -155,6 +164,8 @@ class Moments:
         self.abs_total = 0  # * 2**1074
         self.nonzero = 0
         self.nonfinite = 0
+        self.minimum = math.inf  # of float32/float64 input; float16 extremes come from counts
+        self.maximum = -math.inf
         self.counts16: np.ndarray | None = None
 
     def update(self, batch: np.ndarray) -> int:
@@ -190,6 +201,8 @@ class Moments:
         n_b = int(wide.size)
         if n_b == 0:
             return
+        self.minimum = min(self.minimum, float(wide.min()))
+        self.maximum = max(self.maximum, float(wide.max()))
         scratch = scratch_buf[:n_b]
         np.abs(wide, out=scratch)
         abs_sum = float(np.add.reduce(scratch))
@@ -222,6 +235,8 @@ class Moments:
         self.abs_total += other.abs_total
         self.nonzero += other.nonzero
         self.nonfinite += other.nonfinite
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
         if other.counts16 is not None:
             if self.counts16 is None:
                 self.counts16 = other.counts16.copy()
@@ -246,6 +261,19 @@ class Moments:
             a += sum(map(abs, weighted)) << shift1
         return n, s, q, a, nz
 
+    def extremes(self) -> tuple[float | None, float | None]:
+        """Exact ``(min, max)`` of the finite values, or ``(None, None)``."""
+        low, high = self.minimum, self.maximum
+        if self.counts16 is not None:
+            finite = _f16_tables()[0]
+            patterns = np.flatnonzero((self.counts16 > 0) & finite)
+            if patterns.size:
+                values = patterns.astype(np.uint16).view(np.float16).astype(np.float64)
+                low, high = min(low, float(values.min())), max(high, float(values.max()))
+        if low > high:
+            return None, None
+        return low, high
+
     def finish(self) -> tuple[int, float | None, float | None, float | None, float | None]:
         """``(count, mean, std, abs_mean, nz_frac)`` over the finite values."""
         n, s, q, a, nz = self._exact_totals()
@@ -254,17 +282,8 @@ class Moments:
         mean = _to_float(s, n << _K1)
         # Population variance (Q n - S^2) / n^2, exact until the one final rounding.
         variance = Fraction(q * n - s * s, (n * n) << _K2)
-        return n, mean, math.sqrt(float(max(variance, Fraction(0)))), _to_float(a, n << _K1), nz / n
-
-    def float16_percentile(self, q: float) -> float | None:
-        """Exact percentile (NumPy's linear rule) of the float16 values seen, or ``None``."""
-        if self.counts16 is None:
-            return None
-        finite, _, _ = _f16_tables()
-        patterns = np.flatnonzero((self.counts16 > 0) & finite)
-        values = patterns.astype(np.uint16).view(np.float16).astype(np.float64)
-        counts = Counter(dict(zip(values.tolist(), self.counts16[patterns].tolist(), strict=True)))
-        return weighted_percentile(counts, q) if counts else None
+        std = math.sqrt(float(max(variance, Fraction(0))))
+        return n, mean, std, _to_float(a, n << _K1), nz / n
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}

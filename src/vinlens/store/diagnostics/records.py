@@ -53,6 +53,7 @@ class VinOfflineBackboneDiagnostic:
     """Streaming numeric summary for one stored backbone field.
 
     ``mean``/``std``/``abs_mean``/``nz_frac`` are ``None`` when no finite value was seen.
+    Added after the seed's fields: ``minimum`` and ``maximum`` of the finite values (exact).
     """
 
     field: str
@@ -64,6 +65,8 @@ class VinOfflineBackboneDiagnostic:
     std: float | None
     abs_mean: float | None
     nz_frac: float | None
+    minimum: float | None = None
+    maximum: float | None = None
 
 
 @dataclass(frozen=True)
