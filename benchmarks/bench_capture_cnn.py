@@ -5,7 +5,8 @@ Models are resnet50, efficientnet_b0 and mobilenet_v3_large as built in
 random initialisation, nothing downloaded), in eval mode, one 3 x 128 x 128 image, under ``torch.no_grad()``, torch on one
 thread. Per repetition, interleaved: a plain forward, then a fresh
 ``capture_model(model)`` (every module, default limits) entered, run and left,
-entry and exit included. Ratios of median main-thread CPU time are the verdict
+entry and exit included; then the same with summaries switched off
+(``max_summary_elements=0``), to show what they cost. Ratios of median main-thread CPU time are the verdict
 (CPU time is what other tenants of a shared machine disturb least); wall ratios
 are printed beside them.
 
@@ -22,13 +23,22 @@ import torch
 from torch import nn
 
 from cnn_models import MODELS
-from vinlens.model_inspection import capture_model
+from vinlens.model_inspection import CaptureLimits, capture_model
 
 TARGET = 1.10
 
 
+NO_SUMMARIES = CaptureLimits(max_summary_elements=0)
+
+
 def measure(model: nn.Module, image: torch.Tensor, repetitions: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"plain": [], "capture": [], "plain_wall": [], "wall": []}
+    times: dict[str, list[float]] = {
+        "plain": [],
+        "capture": [],
+        "plain_wall": [],
+        "wall": [],
+        "no_summaries": [],
+    }
     with torch.no_grad():
         for _ in range(2):  # warm-up: allocator, kernels, hook paths
             model(image)
@@ -44,6 +54,10 @@ def measure(model: nn.Module, image: torch.Tensor, repetitions: int) -> dict[str
                 model(image)
             times["capture"].append(time.thread_time() - c)
             times["wall"].append(time.perf_counter() - w)
+            c = time.thread_time()
+            with capture_model(model, limits=NO_SUMMARIES):
+                model(image)
+            times["no_summaries"].append(time.thread_time() - c)
     return times
 
 
@@ -67,10 +81,12 @@ def main() -> None:
         plain = statistics.median(times["plain"])
         ratio = statistics.median(times["capture"]) / plain
         wall = statistics.median(times["wall"]) / statistics.median(times["plain_wall"])
+        bare = statistics.median(times["no_summaries"]) / plain
         verdict = "PASS" if ratio <= TARGET else "MISS"
         print(
             f"  {name:<20} {modules:4d} modules  plain cpu {plain * 1e3:7.1f} ms  "
-            f"capture {ratio:.3f}x cpu, {wall:.3f}x wall (target <= {TARGET}x) {verdict}"
+            f"capture {ratio:.3f}x cpu, {wall:.3f}x wall (target <= {TARGET}x) {verdict}; "
+            f"without summaries {bare:.3f}x cpu"
         )
 
 

@@ -8,8 +8,8 @@ by repetition, and medians compared:
 * plain forward;
 * a fresh ``capture_model(model)`` (every module, default limits) entered,
   run and left per repetition, entry and exit included;
-* forwards inside a capture whose quotas were exhausted beforehand (hooks still
-  registered, nothing left to record).
+* forwards inside a capture whose quotas were exhausted beforehand (nothing left
+  to record, so entering it registers no hook at all).
 
 Both wall time and the main thread's CPU time are reported. torch runs on one
 thread so that CPU time is the work done; on a shared machine the CPU-time
@@ -44,28 +44,24 @@ def attributed_cost(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple
     the quotas-exhausted ratio measures).
     """
     spent = [0.0]
+    # Both hook paths (one global pair, or instance hooks) call these two methods.
     factories = {
-        "_make_pre_hook": ModelCapture._make_pre_hook,
-        "_make_post_hook": ModelCapture._make_post_hook,
+        "_on_input": ModelCapture._on_input,
+        "_on_output": ModelCapture._on_output,
     }
 
-    def timing(factory: Any) -> Any:
-        def make(self: ModelCapture, label: str) -> Any:
-            hook = factory(self, label)
+    def timing(method: Any) -> Any:
+        def timed(self: ModelCapture, *args: Any) -> None:
+            start = time.thread_time()
+            try:
+                method(self, *args)
+            finally:
+                spent[0] += time.thread_time() - start
 
-            def timed(*args: Any) -> None:
-                start = time.thread_time()
-                try:
-                    hook(*args)
-                finally:
-                    spent[0] += time.thread_time() - start
+        return timed
 
-            return timed
-
-        return make
-
-    for name, factory in factories.items():
-        setattr(ModelCapture, name, timing(factory))
+    for name, method in factories.items():
+        setattr(ModelCapture, name, timing(method))
     try:
         capture = capture_model(model)
         start = time.thread_time()
@@ -77,8 +73,8 @@ def attributed_cost(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple
         capture.close()
         entered += time.thread_time() - start
     finally:
-        for name, factory in factories.items():
-            setattr(ModelCapture, name, factory)
+        for name, method in factories.items():
+            setattr(ModelCapture, name, method)
     return spent[0], entered
 
 

@@ -47,7 +47,8 @@ class Bottleneck(nn.Module):
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        result: torch.Tensor = self.relu(out + identity)
+        return result
 
 
 def resnet50(classes: int = 1000) -> nn.Module:
@@ -83,7 +84,8 @@ class SqueezeExcitation(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
-        return x * scale
+        scaled: torch.Tensor = x * scale
+        return scaled
 
 
 class InvertedResidual(nn.Module):

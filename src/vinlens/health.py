@@ -179,6 +179,17 @@ class ActivationAccumulator:
     def __init__(self) -> None:
         self._modules: dict[str, SummaryAccumulator] = {}
         self.batches = 0
+        # A container's output is usually its last child's tensor: reduced once.
+        self._cache = _SummaryCache()
+
+    def __getstate__(self) -> dict[str, object]:
+        # The per-forward cache holds weak references; accumulators travel without it.
+        return {"_modules": self._modules, "batches": self.batches}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._modules = state["_modules"]
+        self.batches = state["batches"]
+        self._cache = _SummaryCache()
 
     def update(self, module_path: str, value: object) -> ActivationAccumulator:
         """Add the floating tensors found in ``value`` (a module output) to ``module_path``."""
@@ -186,7 +197,7 @@ class ActivationAccumulator:
         if accumulator is None:
             accumulator = self._modules[module_path] = SummaryAccumulator()
         for _, tensor in _floating_tensors(value, "output"):
-            accumulator.update(tensor)
+            accumulator.merge(self._cache.moments(tensor))
         return self
 
     def merge(self, other: ActivationAccumulator) -> ActivationAccumulator:
@@ -215,6 +226,10 @@ class ActivationAccumulator:
 
 def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for the real floating dense tensors in a bounded walk of ``value``."""
+    if isinstance(value, torch.Tensor):  # the common module output: no walk
+        if _summarizable(value):
+            yield root, value
+        return
     nodes_left = MAX_WALK_NODES
     stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(((root, value),)), 0)]
     while stack:
@@ -228,12 +243,7 @@ def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Ten
         nodes_left -= 1
         path, node = item
         if isinstance(node, torch.Tensor):
-            if (
-                node.is_floating_point()
-                and node.layout == torch.strided
-                and not node.is_meta
-                and not node.is_nested
-            ):
+            if _summarizable(node):
                 yield path, node
             continue
         if depth >= MAX_WALK_DEPTH:
@@ -241,6 +251,15 @@ def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Ten
         grandchildren = _children(node, path)
         if grandchildren is not None:
             stack.append((grandchildren, depth + 1))
+
+
+def _summarizable(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.is_floating_point()
+        and tensor.layout == torch.strided
+        and not tensor.is_meta
+        and not tensor.is_nested
+    )
 
 
 def _check_model(model: object, name: str = "model") -> nn.Module:
@@ -516,8 +535,9 @@ def compare_models(
     float64 blocks (at most 3 x :data:`~vinlens.model_inspection.summary.BLOCK_ELEMENTS`
     x 8 bytes, 24 MiB) plus one small record per paired call, whatever the size
     of the models; the forwards themselves hold what they would hold when run
-    alone, both at once. Gradient and inference modes of the calling thread
-    apply to both forwards; enter any autocast inside ``run``.
+    alone, both at once. Gradient and inference modes, the torch thread count and
+    the current CUDA device of the calling thread apply to both forwards; enter
+    any autocast inside ``run``.
 
     Args:
         model_a: Reference model (``relative_l2`` divides by its output's norm).
@@ -557,6 +577,14 @@ def compare_models(
     thread_a = threading.get_ident()
     grad_enabled = torch.is_grad_enabled()
     inference = torch.is_inference_mode_enabled()
+    # OpenMP thread counts are per thread: a new thread would otherwise use every core.
+    threads = torch.get_num_threads()
+    # So is the current CUDA device: model B's run must see the caller's.
+    cuda_device = (
+        torch.cuda.current_device()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
 
     def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
         arrive = step.arrive_a if side == "a" else step.arrive_b
@@ -574,6 +602,9 @@ def compare_models(
 
     def run_b() -> None:
         try:
+            torch.set_num_threads(threads)
+            if cuda_device is not None:
+                torch.cuda.set_device(cuda_device)
             with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
                 run(model_b)
         except _Abort:
@@ -629,9 +660,12 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
     max_abs = 0.0
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
+        finite_before = summary_a.finite + summary_b.finite
         summary_a.update(a)
         summary_b.update(b)
-        for block_max, block_diff, block_a, block_b, block_dot in _pair_moments(a, b):
+        all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
+        pairs = _finite_pair_moments if all_finite else _pair_moments
+        for block_max, block_diff, block_a, block_b, block_dot in pairs(a, b):
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
             diff_sq += block_diff
             norm_a_sq += block_a
@@ -662,6 +696,45 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
         summary_a=summary_a.finish(),
         summary_b=summary_b.finish(),
     )
+
+
+def _finite_pair_moments(
+    a: torch.Tensor, b: torch.Tensor
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """:func:`_pair_moments` for two all-finite outputs: reductions in the source dtype.
+
+    One temporary per block (the difference); norms and products are dot products
+    of the blocks themselves, accumulated by the backend in the source precision.
+    """
+    a = a.detach()
+    b = b.detach()
+    if a.device != b.device:
+        b = b.to(a.device)
+    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
+        yield from _pair_moments(a, b)
+        return
+    rows: list[torch.Tensor] = []
+    for block_a, block_b in zip(
+        _blocks(a, BLOCK_ELEMENTS), _blocks(b, BLOCK_ELEMENTS), strict=True
+    ):
+        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
+        flat_b = block_b.reshape(-1)
+        delta = flat_a - flat_b
+        rows.append(
+            torch.stack(
+                [
+                    torch.maximum(delta.amax(), -delta.amin()) if delta.numel() else delta.sum(),
+                    torch.dot(delta, delta),
+                    torch.dot(flat_a, flat_a),
+                    torch.dot(flat_b, flat_b),
+                    torch.dot(flat_a, flat_b),
+                ]
+            ).to(torch.float64)
+        )
+    if not rows:
+        return
+    for row in torch.stack(rows).tolist():
+        yield row[0], row[1], row[2], row[3], row[4]
 
 
 def _pair_moments(

@@ -15,6 +15,13 @@ from vinlens.health import ModelDiff, ModuleDiff, compare_models
 from vinlens.model_inspection import ROOT_PATH
 
 
+def block(model: nn.Module, index: int) -> nn.Linear:
+    """The Linear inside block ``index`` of a deep_model."""
+    linear = model.get_submodule(f"{index}.linear")
+    assert isinstance(linear, nn.Linear)
+    return linear
+
+
 def run_on(x: torch.Tensor):  # type: ignore[no-untyped-def]
     def run(model: nn.Module) -> torch.Tensor:
         with torch.no_grad():
@@ -28,7 +35,7 @@ def test_one_perturbed_layer_is_the_first_divergent_path() -> None:
     model_a = deep_model(depth=10)
     model_b = copy.deepcopy(model_a)
     with torch.no_grad():
-        model_b[6].linear.weight[0, 0] += 0.5
+        block(model_b, 6).weight[0, 0] += 0.5
     x = torch.randn(5, 8)
     diff = compare_models(model_a, model_b, run_on(x))
     assert isinstance(diff, ModelDiff) and diff.unpaired_paths == ()
@@ -43,14 +50,14 @@ def test_one_perturbed_layer_is_the_first_divergent_path() -> None:
         assert by_path[f"{j}.linear"].cosine == pytest.approx(1.0)
     perturbed = by_path["6.linear"]
     a = model_a[:6](x)
-    expected = model_b[6].linear(a) - model_a[6].linear(a)
-    reference = model_a[6].linear(a)
+    expected = block(model_b, 6)(a) - block(model_a, 6)(a)
+    reference = block(model_a, 6)(a)
     assert perturbed.max_abs_diff == pytest.approx(expected.abs().max().item(), rel=1e-5)
     assert perturbed.relative_l2 == pytest.approx(
         (expected.norm() / reference.norm()).item(), rel=1e-5
     )
     cosine = torch.nn.functional.cosine_similarity(
-        reference.reshape(1, -1), model_b[6].linear(a).reshape(1, -1)
+        reference.reshape(1, -1), block(model_b, 6)(a).reshape(1, -1)
     ).item()
     assert perturbed.cosine == pytest.approx(cosine, rel=1e-5)
     assert perturbed.summary_a.count == perturbed.summary_b.count == 40
@@ -80,7 +87,7 @@ def test_module_paths_restrict_and_nan_on_one_side_diverges() -> None:
     model_a = deep_model(depth=4)
     model_b = copy.deepcopy(model_a)
     with torch.no_grad():
-        model_b[2].linear.bias[1] = math.nan
+        block(model_b, 2).bias[1] = math.nan
     diff = compare_models(model_a, model_b, run_on(torch.randn(2, 8)), module_paths=["1", "2"])
     assert [m.module_path for m in diff.modules] == ["1", "2"]
     assert math.isnan(diff.modules[1].max_abs_diff)
@@ -119,17 +126,17 @@ def test_extra_modules_are_unpaired_and_calls_out_of_step_are_an_error() -> None
         compare_models(TwoWay("fs"), TwoWay("f"), run_on(x), module_paths=["first", "second"])
     with pytest.raises(ValueError, match=r"model B called 'second' .*after model A"):
         compare_models(TwoWay("f"), TwoWay("fs"), run_on(x), module_paths=["first", "second"])
-    model_a, model_b = TwoWay("fs"), TwoWay("sf")
+    forward_first, second_first = TwoWay("fs"), TwoWay("sf")
     with pytest.raises(ValueError):
-        compare_models(model_a, model_b, run_on(x))
-    assert_no_hooks(model_a, model_b)
+        compare_models(forward_first, second_first, run_on(x))
+    assert_no_hooks(forward_first, second_first)
     # Restricted to one path, both make one call of it: comparable.
     diff = compare_models(TwoWay("fs"), TwoWay("fs"), run_on(x), module_paths=["second"])
     assert [m.module_path for m in diff.modules] == ["second"]
-    with pytest.raises(ValueError, match="'3'.*not in model_b"):
+    with pytest.raises(ValueError, match=r"'3'.*not in model_b"):
         compare_models(deep_model(depth=4), deep_model(depth=3), run_on(x), module_paths=["3"])
     with pytest.raises(ValueError, match="unknown module path"):
-        compare_models(model_a, model_b, run_on(x), module_paths=["nope"])
+        compare_models(forward_first, second_first, run_on(x), module_paths=["nope"])
 
 
 def test_run_raising_on_either_side_propagates_and_leaves_no_hooks() -> None:
@@ -174,7 +181,7 @@ def test_grad_mode_of_the_caller_applies_to_both_forwards() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     model = nn.Linear(2, 2)
-    with pytest.raises(TypeError, match="model_b must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"model_b must be a torch\.nn\.Module"):
         compare_models(model, None, lambda m: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="run must be a callable"):
         compare_models(model, model, 3)  # type: ignore[arg-type]

@@ -79,7 +79,8 @@ def test_nan_made_between_modules_names_the_first_module_that_received_it() -> N
             self.second = nn.Linear(4, 4)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.second(torch.log(self.first(x).abs().neg()))
+            result: torch.Tensor = self.second(torch.log(self.first(x).abs().neg()))
+            return result
 
     model = Functional()
     origin = find_nonfinite_origin(model, lambda: model(torch.randn(2, 4)))
@@ -127,7 +128,7 @@ def test_outputs_are_unchanged_and_non_tensor_outputs_are_fine() -> None:
 
 
 def test_bad_arguments_are_refused() -> None:
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
         find_nonfinite_origin("model", lambda: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="run must be a callable"):
         find_nonfinite_origin(nn.Linear(2, 2), None)  # type: ignore[arg-type]

@@ -153,3 +153,18 @@ def test_hooks_removed_when_run_or_iterator_raises() -> None:
         collect_activation_stats(model, 5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown module path"):
         collect_activation_stats(model, [], module_paths=["9"])
+
+
+def test_accumulators_pickle_for_workers() -> None:
+    import pickle
+
+    model = deep_model(depth=2)
+    with torch.no_grad():
+        stats = collect_activation_stats(model, batches(3))
+    accumulator = ActivationAccumulator()
+    with torch.no_grad():
+        accumulator.update("x", model(torch.randn(4, 8)))
+    copy = pickle.loads(pickle.dumps(accumulator))
+    assert copy.finish() == accumulator.finish()
+    assert copy.update("x", torch.ones(2)).finish().modules["x"].count == 34
+    assert stats.batches == 3

@@ -27,7 +27,7 @@ FIELDS = [field.name for field in dataclasses.fields(CaptureLimits)][:5]
 
 def test_capture_limits_defaults_match_the_reference() -> None:
     limits = CaptureLimits()
-    assert dataclasses.astuple(limits) == (64, 32, 16 * 1024, 4096, 32, 1 << 20)
+    assert dataclasses.astuple(limits) == (64, 32, 16 * 1024, 4096, 32, 1 << 18)
     assert FIELDS == [
         "max_tensors",
         "max_samples_per_tensor",

@@ -89,6 +89,9 @@ CASES: dict[str, Any] = {
     "empty": lambda: torch.empty(0, 3),
     "relu-zeros": lambda: torch.relu(torch.randn(1000)),
     "huge-finite": lambda: torch.tensor([3e38, -3e38, 1e38]),
+    "negative-zeros": lambda: torch.tensor([-0.0, 0.0, -0.0, 1.5, -2.0]),
+    "negative-zeros-float64": lambda: torch.tensor([[-0.0, 3.0], [0.0, -1.0]], dtype=torch.float64),
+    "zeros-outside-range": lambda: torch.rand(50) + 1,
 }
 
 
@@ -107,7 +110,7 @@ def test_blockwise_path_agrees_when_blocks_are_small(
     assert_summary_close(summarize_tensor(tensor), reference(tensor))
 
 
-class Allocations(TorchDispatchMode):
+class Allocations(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Largest tensor any aten op returns, and whether anything was copied to another device."""
 
     # Views, plus the table of per-block results (nine float64 scalars per block).
@@ -118,7 +121,7 @@ class Allocations(TorchDispatchMode):
     )
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.largest = 0
         self.ops: set[str] = set()
 
@@ -230,3 +233,69 @@ def test_capture_summarizes_floating_tensors_only() -> None:
     )
     # Sampling is unchanged by summaries: the same bounded prefix as before.
     assert by_path["args[0]"].values == tuple(x.reshape(-1)[:2].tolist())
+
+
+def test_capture_summary_budget_and_shared_tensors() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Identity())
+    x = torch.randn(2, 4)
+    # Each distinct tensor is charged once: x (8), the Linear output (8), the ReLU output
+    # (8, passed on unchanged by Identity and returned by the model). A budget of 16
+    # covers the first two tensors only.
+    limits = CaptureLimits(max_summary_elements=16)
+    with capture_model(model, limits=limits) as capture:
+        model(x)
+    summarized = {
+        (s.module_path, s.direction, s.tensor_path) for s in capture.snapshots if s.summary
+    }
+    assert summarized == {
+        ("<root>", "input", "args[0]"),
+        ("0", "input", "args[0]"),
+        ("0", "output", "output"),
+        ("1", "input", "args[0]"),
+    }
+    with capture_model(model, limits=CaptureLimits(max_summary_elements=0)) as capture:
+        model(x)
+    assert all(s.summary is None for s in capture.snapshots)
+    with capture_model(model) as capture:
+        model(x)
+    outputs = [s for s in capture.snapshots if s.direction == "output"]
+    assert {s.module_path for s in outputs} == {"0", "1", "2", "<root>"}
+    assert len({id(s.summary) for s in outputs if s.module_path in ("1", "2", "<root>")}) >= 1
+    assert_summary_close(outputs[-1].summary, reference(model(x)))  # type: ignore[arg-type]
+
+
+def test_in_place_change_is_summarized_again() -> None:
+    class InPlace(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mul_(2)
+
+    model = nn.Sequential(nn.Identity(), InPlace())
+    x = torch.ones(3)
+    with capture_model(model) as capture:
+        model(x)
+    before = next(s for s in capture.snapshots if s.module_path == "1" and s.direction == "input")
+    after = next(s for s in capture.snapshots if s.module_path == "1" and s.direction == "output")
+    assert before.summary is not None and before.summary.mean == 1.0
+    assert after.summary is not None and after.summary.mean == 2.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_summary_on_cuda_equals_the_reference_without_host_copies(case: str) -> None:
+    tensor = CASES[case]().cuda()
+    mode = Allocations()
+    with mode:
+        summary = summarize_tensor(tensor)
+    assert_summary_close(summary, reference(tensor.cpu()))
+    assert mode.largest <= max(summary_module.BLOCK_ELEMENTS, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_capture_on_cuda_summarizes_on_the_device() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).cuda()
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with capture_model(model) as capture:
+        model(x)
+    out = next(s for s in capture.snapshots if s.module_path == "1" and s.direction == "output")
+    assert out.device.startswith("cuda") and out.summary is not None
+    assert_summary_close(out.summary, reference(model(x).cpu()))

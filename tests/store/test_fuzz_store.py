@@ -38,9 +38,11 @@ from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
 from vinlens.store.synthetic import (
     SyntheticRawSpec,
     SyntheticStoreSpec,
+    make_synthetic_samples,
     write_synthetic_dataset,
 )
 from vinlens.store.tarscan import TarScanError
+from vinlens.store.writer import VinOfflineStoreWriter
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -92,6 +94,26 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         stats=_normalized(collect_vin_offline_dataset_stats(data.config, max_samples=None)),
         coverage=_normalized(collect_vin_offline_dataset_coverage(data.config)),
     )
+
+
+@pytest.fixture(scope="module")
+def pristine_zstd(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
+    """The same samples in a zstd-compressed store: zarr decodes its chunks itself."""
+    root = tmp_path_factory.mktemp("fuzz-pristine-zstd")
+    with VinOfflineStoreWriter(
+        root / "store",
+        num_candidates=_STORE_SPEC.num_candidates,
+        rows_per_shard=4,
+        compressor="zstd",
+        fsync=False,
+    ) as writer:
+        writer.add_batch(make_synthetic_samples(_STORE_SPEC))
+    files = tuple(
+        sorted(p.relative_to(root).as_posix() for p in (root / "store").rglob("*") if p.is_file())
+    )
+    config = VinOfflineStoreConfig(store_dir=root / "store")
+    stats = _normalized(collect_vin_offline_dataset_stats(config, max_samples=None))
+    return Pristine(root=root, store_files=files, raw_files=(), stats=stats, coverage=None)
 
 
 def _normalized(record: Any) -> Any:
@@ -209,12 +231,7 @@ def _check_error(outcome: Outcome, root: Path, muts: list[Mutation]) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@FUZZ
-@given(data=st.data())
-def test_damaged_store_gives_named_error_listed_problem_or_same_numbers(
-    pristine: Pristine, workdir: Path, data: st.DataObject
-) -> None:
-    muts = data.draw(mutations(pristine.store_files), label="mutations")
+def _check_damaged_store(pristine: Pristine, workdir: Path, muts: list[Mutation]) -> None:
     root = _damaged_copy(pristine, workdir, muts)
     config = VinOfflineStoreConfig(store_dir=root / "store")
     outcome = _bounded(lambda: collect_vin_offline_dataset_stats(config, max_samples=None))
@@ -228,6 +245,22 @@ def test_damaged_store_gives_named_error_listed_problem_or_same_numbers(
             assert str(root) in problem.path or str(root) in problem.message, problem
         return
     assert _normalized(record) == pristine.stats, f"numbers changed, nothing listed: {muts}"
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_store_gives_named_error_listed_problem_or_same_numbers(
+    pristine: Pristine, workdir: Path, data: st.DataObject
+) -> None:
+    _check_damaged_store(pristine, workdir, data.draw(mutations(pristine.store_files)))
+
+
+@settings(FUZZ, max_examples=30)
+@given(data=st.data())
+def test_damaged_compressed_store_gives_named_error_listed_problem_or_same_numbers(
+    pristine_zstd: Pristine, workdir: Path, data: st.DataObject
+) -> None:
+    _check_damaged_store(pristine_zstd, workdir, data.draw(mutations(pristine_zstd.store_files)))
 
 
 @FUZZ

@@ -56,6 +56,8 @@ def test_config_keeps_urls_and_local_paths(tmp_path: Path, monkeypatch: pytest.M
     assert local.store_dir == tmp_path / "store" and isinstance(local.store_dir, Path)
     as_file = VinOfflineStoreConfig(store_dir=f"file://{tmp_path}/store")
     assert as_file.store_dir == tmp_path / "store"
+    with pytest.raises(ValueError, match="looks like a URL folded by pathlib"):
+        VinOfflineStoreConfig(store_dir=Path("s3://bucket/store"))
 
 
 def test_memory_and_file_urls_read_like_local(tmp_path: Path) -> None:
@@ -298,3 +300,27 @@ def test_dask_local_cluster_coverage_and_stats_equal_local(s3_dataset: S3Dataset
             )
             == local_stats
         )
+
+
+@pytest.mark.timeout(60)
+def test_endpoint_that_never_answers_times_out_naming_the_url() -> None:
+    import socket
+
+    # A listening socket that is never served: connects succeed, reads wait for ever.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        config = VinOfflineStoreConfig(
+            store_dir="s3://vinlens-test/silent",
+            storage_options={
+                "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+                # Merged over the defaults key by key (retries stay bounded).
+                "config_kwargs": {"read_timeout": 1, "connect_timeout": 1},
+                "skip_instance_cache": True,
+            },
+        )
+        start = time.monotonic()
+        with pytest.raises(StoreAccessError, match=r"s3://vinlens-test/silent"):
+            VinOfflineStoreReader(config)
+        assert time.monotonic() - start < 30

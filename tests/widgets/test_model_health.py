@@ -124,10 +124,10 @@ def test_analyze_runs_the_engines_in_the_background_and_reports_progress():
     assert widget.origin.module_path == "1.1" and widget.stats.batches == 1
     assert widget.health["origin"]["module_path"] == "1.1"
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model_a.modules())
-    # started at construction when run is given and nothing else: the runtime's task
+    # analysed at construction (in the cell) when run is given and nothing else
     auto = ModelHealthWidget(model_a, lambda m: m(X))
-    auto.last_task.wait(timeout=60)
     assert auto.origin.module_path == "1.1" and auto.health["mode"] == "stats"
+    assert auto.last_task is None
 
 
 def test_analyze_errors_are_replies_and_bad_arguments_are_named():
@@ -140,6 +140,9 @@ def test_analyze_errors_are_replies_and_bad_arguments_are_named():
     reply = widget.run_command("analyze", {})
     assert reply["kind"] == "error" and "forward exploded" in reply["message"]
     assert all(not m._forward_hooks for m in model.modules())
+    with pytest.raises(RuntimeError, match="forward exploded"):
+        ModelHealthWidget(model, run)  # analysed in the cell: the error is the cell's
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     no_run = ModelHealthWidget(model)
     assert not no_run.can_analyze
     assert no_run.run_command("analyze", {})["kind"] == "error"

@@ -10,6 +10,7 @@ meaning. A widget added to vinlens gets a case in ``_cases`` below.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -90,6 +91,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         AttributionViewerWidget,
         ConfigTreeWidget,
         CoverageHeatmapWidget,
+        ModelHealthWidget,
         ModuleTableWidget,
         SnapshotBrowserWidget,
         StoreDashboardWidget,
@@ -108,6 +110,27 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         )
         w.capture(module_paths=["encoders.rgb.conv1", "head"])
         return w
+
+    def model_health() -> Any:
+        from vinlens.health import collect_activation_stats, find_nonfinite_origin
+
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            net[0].weight[0, 0] = float("nan")  # a NaN origin, non-finite statistics
+        stats = collect_activation_stats(net, [x, x * 2])
+        origin = find_nonfinite_origin(net, lambda: net(x))
+        return ModelHealthWidget(net, stats=stats, origin=origin)
+
+    def model_health_diff() -> Any:
+        from vinlens.health import compare_models
+
+        a = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        b = copy.deepcopy(a)
+        with torch.no_grad():
+            b[2].weight[0, 0] += 0.5
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
+        return ModelHealthWidget(a, diff=compare_models(a, b, lambda m: m(x)))
 
     def dashboard() -> Any:
         w = StoreDashboardWidget(dataset.config, max_samples=None)
@@ -135,6 +158,8 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
             model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
         ),
     )
+    yield "model_health_stats_and_origin", model_health
+    yield "model_health_diff", model_health_diff
     yield "store_dashboard", dashboard
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply

@@ -75,7 +75,7 @@ class CaptureLimits:
     max_bytes: int = 16 * 1024
     max_traversal_nodes: int = 4096
     max_container_depth: int = 32
-    max_summary_elements: int = 1 << 20
+    max_summary_elements: int = 1 << 18
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -297,6 +297,20 @@ def _new_snapshot(
 # --------------------------------------------------------------------------- traversal
 
 _WalkItem: TypeAlias = tuple[str, object]
+_ARG_PATHS = tuple(f"args[{position}]" for position in range(16))
+
+
+def _warn_stopped(label: str, index: int, direction: Direction, error: Exception) -> None:
+    warnings.warn(
+        f"ModelCapture: stopped walking the {direction} of {label!r} (call {index}): "
+        f"{type(error).__name__}: {error}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _arg_path(position: int) -> str:
+    return _ARG_PATHS[position] if position < len(_ARG_PATHS) else f"args[{position}]"
 
 
 def _key_repr(key: object) -> str:
@@ -424,7 +438,12 @@ class ModelCapture:
 
     @property
     def active(self) -> bool:
-        """Report whether instance hooks are currently registered."""
+        """Report whether instance hooks are currently registered.
+
+        True from entry to exit. Once ``max_tensors`` or ``max_bytes`` is used up
+        the hooks themselves are released early (nothing more can be recorded),
+        but the capture stays active until it is left or closed.
+        """
         return self._active
 
     @property
@@ -460,7 +479,8 @@ class ModelCapture:
                 "this ModelCapture is already active; leave it (or call close()) before entering it again"
             )
         modules = list(self._model.named_modules())
-        targets = self._resolve_targets(modules)
+        # A whole-model capture needs no path checks; _register labels modules as it goes.
+        targets = modules if self._module_paths is None else self._resolve_targets(modules)
         compiled = _compiled_paths(modules)
         if compiled:
             warnings.warn(
@@ -495,11 +515,12 @@ class ModelCapture:
         instance: list[tuple[str, nn.Module]] = []
         global_targets: dict[int, str] = {}
         if self._module_paths is None:
-            for label, module in targets:
+            # ``targets`` are named_modules() pairs here: the root is named "".
+            for name, module in targets:
                 if module._forward_pre_hooks or module._forward_hooks:
-                    instance.append((label, module))
+                    instance.append((name or ROOT_PATH, module))
                 else:
-                    global_targets[id(module)] = label
+                    global_targets[id(module)] = name or ROOT_PATH
         else:
             instance = list(targets)
         if global_targets:
@@ -625,6 +646,21 @@ class ModelCapture:
             index = self._call_counts.get(label, 0)
             self._call_counts[label] = index + 1
             self._pending.setdefault(key, []).append((index, id(args)))
+        # The common call, tensors passed positionally: the same records, in the same
+        # order and under the same node quota, as the general walk below makes.
+        if (
+            not kwargs
+            and len(args) + 2 <= self._limits.max_traversal_nodes
+            and all(isinstance(arg, torch.Tensor) for arg in args)
+        ):
+            try:
+                for position, arg in enumerate(args):
+                    self._record(label, index, "input", _arg_path(position), arg)
+                    if self._exhausted:
+                        return
+            except Exception as error:  # an exotic tensor subclass must not break forward
+                _warn_stopped(label, index, "input", error)
+            return
         roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
         self._walk(label, index, "input", roots)
 
@@ -633,6 +669,12 @@ class ModelCapture:
             return
         index = self._pop_pending((threading.get_ident(), label), id(args))
         if index is None:  # the call began before this capture was entered
+            return
+        if isinstance(output, torch.Tensor):
+            try:
+                self._record(label, index, "output", "output", output)
+            except Exception as error:  # an exotic tensor subclass must not break forward
+                _warn_stopped(label, index, "output", error)
             return
         self._walk(label, index, "output", (("output", output),))
 
@@ -690,12 +732,7 @@ class ModelCapture:
                 if grandchildren is not None:
                     stack.append((grandchildren, depth + 1))
         except Exception as error:  # a user container misbehaving must not break forward
-            warnings.warn(
-                f"ModelCapture: stopped walking the {direction} of {label!r} (call {index}): "
-                f"{type(error).__name__}: {error}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            _warn_stopped(label, index, direction, error)
 
     def _record(
         self, label: str, index: int, direction: Direction, path: str, tensor: torch.Tensor
@@ -746,7 +783,7 @@ class ModelCapture:
             return None
         cached = self._summaries.get(tensor)
         if cached is not None:
-            return cached
+            return cached.finish()
         elements = stored_elements(tensor)
         with self._lock:
             if self._summary_elements + elements > self._limits.max_summary_elements:

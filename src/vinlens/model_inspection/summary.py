@@ -4,7 +4,8 @@ A summary reads every element of a floating tensor through reductions on the
 tensor as it is (strided, permuted, sliced) and moves only a handful of scalars
 to the host; the tensor is never copied to the host or to a contiguous buffer.
 
-* float32/float64: five reductions (sum, L2 norm, min, max, count of non-zeros),
+* float32/float64: four to six reductions (sum, sum of squares, min, max, and when
+  0 lies within [min, max] a count of non-zero bit patterns),
   no temporary the size of the tensor, one host transfer of five scalars. When
   any of them comes back non-finite (a NaN or an infinity, or a sum of squares
   that overflows), the tensor takes the blockwise path below instead.
@@ -45,6 +46,8 @@ __all__ = [
 BLOCK_ELEMENTS = 1 << 20
 
 _FAST_DTYPES = (torch.float32, torch.float64)
+# Largest sum(x^2) / sum((x - mean)^2) the one-pass variance is trusted with.
+_CONDITIONING = 64.0
 
 
 @dataclass(frozen=True)
@@ -212,37 +215,44 @@ def stored_elements(tensor: torch.Tensor) -> int:
 
 
 class _SummaryCache:
-    """Summaries of tensors seen during a forward, keyed by identity and version.
+    """Moments of tensors seen during a forward, keyed by identity and version.
 
-    The output of one module is usually the input of the next: it is reduced once.
-    A tensor modified in place gets a new version and is reduced again; an entry
-    whose tensor was freed is never reused (its weak reference is dead).
+    The output of one module is usually the input of the next, and a container's
+    output is its last child's: each is reduced once. A tensor modified in place
+    gets a new version and is reduced again; an entry whose tensor was freed is
+    never reused (its weak reference is dead). Inference tensors have no version
+    counter and are never cached.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, TensorSummary]] = {}
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, SummaryAccumulator]] = {}
 
-    def get(self, tensor: torch.Tensor) -> TensorSummary | None:
-        if tensor.is_inference():  # no version counter to tell in-place changes: not cached
+    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
+        """The cached moments of ``tensor`` (do not modify them), or None."""
+        if tensor.is_inference():
             return None
         entry = self._entries.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
             return entry[2]
         return None
 
-    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+    def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
+        """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
         cached = self.get(tensor)
         if cached is not None:
             return cached
-        summary = summarize_tensor(tensor)
+        moments = SummaryAccumulator().update(tensor)
         if tensor.is_inference():
-            return summary
+            return moments
         if len(self._entries) >= 4096:
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
         # Tensor subclasses without weak references are simply not cached.
         with contextlib.suppress(TypeError):
-            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, summary)
-        return summary
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, moments)
+        return moments
+
+    def summary(self, tensor: torch.Tensor) -> TensorSummary:
+        return self.moments(tensor).finish()
 
 
 # --------------------------------------------------------------------------- computation
@@ -299,7 +309,7 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
         # path takes over.
         if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
             return False
-        norm = torch.linalg.vector_norm(tensor).item()
+        squares = _sum_of_squares(tensor).item()
         zeros = _count_zeros(tensor) if low <= 0.0 <= high else 0
     else:
         bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
@@ -308,27 +318,42 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
                 tensor.sum().to(torch.float64),
                 tensor.amin().to(torch.float64),
                 tensor.amax().to(torch.float64),
-                torch.linalg.vector_norm(tensor).to(torch.float64),
+                _sum_of_squares(tensor).to(torch.float64),
                 torch.count_nonzero(bits).to(torch.float64),
                 (bits.amin() == _NEGATIVE_ZERO_BITS[tensor.dtype]).to(torch.float64),
             ]
         ).tolist()
-        total, low, high, norm, nonzero, negative_zero = values
+        total, low, high, squares, nonzero, negative_zero = values
         if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
             return False
         zeros = _count_zeros(tensor) if negative_zero else tensor.numel() - int(nonzero)
     # An overflowing sum of squares (values near the dtype's maximum) also goes blockwise.
-    if not math.isfinite(norm):
+    if not math.isfinite(squares):
         return False
     n = tensor.numel()
     mean = total / n
-    m2 = max(norm * norm - n * mean * mean, 0.0)
+    m2 = squares - n * mean * mean
+    # The sum of squared deviations as a difference of two large sums loses what their
+    # rounding error is worth relative to it; when the mean dominates the spread
+    # (mean^2 > 63 var, a constant tensor, a single value) the exact two-pass path
+    # decides instead.
+    if m2 * _CONDITIONING < squares:
+        return False
     acc.count += n * repeat
     acc.zeros += zeros * repeat
     acc.minimum = min(acc.minimum, low)
     acc.maximum = max(acc.maximum, high)
     acc._add_moments(n * repeat, mean, m2 * repeat)
     return True
+
+
+def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
+    """``sum(x * x)`` without a temporary: a BLAS dot product when the memory is one run."""
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+        return torch.dot(flat, flat)
+    squares: torch.Tensor = torch.linalg.vector_norm(tensor).square()
+    return squares
 
 
 # Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero

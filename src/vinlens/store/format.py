@@ -121,6 +121,7 @@ _SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII
 _BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
 # fsspec URL: a scheme of two or more characters (one letter is a Windows drive) and "://".
 _URL_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+_MANGLED_URL_PATTERN: Final = re.compile(r"^(s3|s3a|gs|gcs|az|abfs|memory|https?):/[^/]")
 
 
 # --------------------------------------------------------------------------------------
@@ -273,6 +274,11 @@ def normalize_location(location: str | os.PathLike[str]) -> Path | str:
     if not isinstance(location, (str, os.PathLike)):
         raise TypeError(
             f"store location must be a path or a URL string, got {type(location).__name__}"
+        )
+    if not isinstance(location, str) and _MANGLED_URL_PATTERN.match(os.fspath(location)):
+        raise ValueError(
+            f"{os.fspath(location)!r} looks like a URL folded by pathlib (Path('s3://b/x') "
+            "is 's3:/b/x'); pass the URL as a string"
         )
     if isinstance(location, str) and is_url(location):
         scheme, _, rest = location.partition("://")
