@@ -214,8 +214,8 @@ def stored_elements(tensor: torch.Tensor) -> int:
     return _unexpanded(tensor)[0].numel()
 
 
-class _SummaryCache:
-    """Moments of tensors seen during a forward, keyed by identity and version.
+class _TensorMemo:
+    """Values computed from tensors seen during a forward, keyed by identity and version.
 
     The output of one module is usually the input of the next, and a container's
     output is its last child's: each is reduced once. A tensor modified in place
@@ -225,10 +225,9 @@ class _SummaryCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, SummaryAccumulator]] = {}
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, object]] = {}
 
-    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
-        """The cached moments of ``tensor`` (do not modify them), or None."""
+    def _get(self, tensor: torch.Tensor) -> object | None:
         if tensor.is_inference():
             return None
         entry = self._entries.get(id(tensor))
@@ -236,23 +235,58 @@ class _SummaryCache:
             return entry[2]
         return None
 
+    def _put(self, tensor: torch.Tensor, value: object) -> None:
+        if tensor.is_inference():
+            return
+        if len(self._entries) >= 4096:
+            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+        # Tensor subclasses without weak references are simply not cached.
+        with contextlib.suppress(TypeError):
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, value)
+
+
+class _SummaryCache(_TensorMemo):
+    """Moments of the tensors seen during a forward (see :class:`_TensorMemo`)."""
+
+    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
+        """The cached moments of ``tensor`` (do not modify them), or None."""
+        cached = self._get(tensor)
+        return cached if isinstance(cached, SummaryAccumulator) else None
+
     def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
         """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
         cached = self.get(tensor)
         if cached is not None:
             return cached
         moments = SummaryAccumulator().update(tensor)
-        if tensor.is_inference():
-            return moments
-        if len(self._entries) >= 4096:
-            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        # Tensor subclasses without weak references are simply not cached.
-        with contextlib.suppress(TypeError):
-            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, moments)
+        self._put(tensor, moments)
         return moments
 
     def summary(self, tensor: torch.Tensor) -> TensorSummary:
         return self.moments(tensor).finish()
+
+
+class _FiniteCache(_TensorMemo):
+    """Whether the tensors seen during a forward hold only finite values (one pass each).
+
+    A NaN or an infinity makes the sum non-finite, so a finite sum proves the
+    tensor finite with one reduction and one scalar read; only a non-finite sum
+    (a NaN, an infinity, or finite values whose sum overflows) costs the exact
+    check of the extremes, which propagate NaN and infinities.
+    """
+
+    def finite(self, tensor: torch.Tensor) -> bool:
+        cached = self._get(tensor)
+        if cached is not None:
+            return cached is True
+        source = _unexpanded(tensor.detach())[0]
+        if source.numel() == 0 or math.isfinite(source.sum().item()):
+            result = True
+        else:
+            low, high = source.amin().item(), source.amax().item()
+            result = math.isfinite(low) and math.isfinite(high)
+        self._put(tensor, result)
+        return result
 
 
 # --------------------------------------------------------------------------- computation
