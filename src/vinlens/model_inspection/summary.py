@@ -399,15 +399,15 @@ _NEGATIVE_ZERO_BITS = {torch.float32: -(2**31), torch.float64: -(2**63)}
 def _count_zeros(tensor: torch.Tensor) -> int:
     """Exact count of zeros (both signs) with reductions only, no full-size mask."""
     bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
-    zeros = tensor.numel() - int(torch.count_nonzero(bits).item())
-    if int(bits.amin().item()) == _NEGATIVE_ZERO_BITS[tensor.dtype]:
-        # Rare -0.0 values: counted exactly, one bounded block at a time.
-        negative = sum(
-            int(((block == 0) & (block.view(bits.dtype) != 0)).sum().item())
-            for block in _blocks(tensor, BLOCK_ELEMENTS)
-        )
-        zeros += negative
-    return zeros
+    if int(bits.amin().item()) != _NEGATIVE_ZERO_BITS[tensor.dtype]:
+        return tensor.numel() - int(torch.count_nonzero(bits).item())
+    # -0.0 is common (hardswish and SiLU of negative values give it): |x| clears the sign
+    # bit, so the bit count of one bounded block of absolute values counts both zeros.
+    nonzero = 0
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        magnitudes = torch.abs(block).view(bits.dtype)
+        nonzero += int(torch.count_nonzero(magnitudes).item())
+    return tensor.numel() - nonzero
 
 
 def _blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
