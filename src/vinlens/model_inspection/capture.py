@@ -20,6 +20,7 @@ import itertools
 import threading
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -30,6 +31,7 @@ from torch.nn.modules import module as _torch_module
 from torch.utils.hooks import RemovableHandle
 
 from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
+from vinlens.model_inspection.structure import _registered_modules
 from vinlens.model_inspection.summary import TensorSummary, _SummaryCache, stored_elements
 
 __all__ = [
@@ -358,6 +360,61 @@ def _compiled_paths(modules: Sequence[tuple[str, nn.Module]]) -> list[str]:
     return found
 
 
+class _Walk:
+    """One model's ``named_modules()`` pairs and what proves them current.
+
+    The walk is determined by each module's ``_modules`` table (same table object,
+    same names, same children in the same order), so comparing those tables with
+    the ones seen when the walk was made is enough to reuse it; it costs a third
+    of walking again on light CNNs, and nothing per module is allocated for leaves.
+    """
+
+    __slots__ = ("model", "modules", "tables")
+
+    def __init__(self, model: nn.Module, modules: list[tuple[str, nn.Module]]) -> None:
+        self.model = weakref.ref(model)
+        self.modules = modules
+        self.tables = [
+            (module.__dict__["_modules"], tuple(module.__dict__["_modules"].items()))
+            for _, module in modules
+        ]
+
+    def current(self, model: nn.Module) -> bool:
+        if self.model() is not model:
+            return False
+        for (_, module), (table, items) in zip(self.modules, self.tables, strict=True):
+            found = module.__dict__["_modules"]
+            if found is not table or (tuple(found.items()) != items if items else found):
+                return False
+        return True
+
+
+# Recent walks by model identity (each entry checks that its model is still alive and
+# unchanged before it is reused).
+_WALKS: dict[int, _Walk] = {}
+_WALKS_LOCK = threading.Lock()
+
+
+def _module_walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``, reused while the model's module tree is unchanged."""
+    cached = _WALKS.get(id(model))
+    if cached is not None and cached.current(model):
+        return cached.modules
+    modules = _registered_modules(model)
+    default_walk = nn.Module.named_modules
+    # A class with its own named_modules may answer differently without any table
+    # changing: its models are walked every time.
+    if all(type(module).named_modules is default_walk for _, module in modules):
+        with _WALKS_LOCK:
+            if len(_WALKS) >= 64:
+                for key in [k for k, walk in _WALKS.items() if walk.model() is None] or [
+                    next(iter(_WALKS))
+                ]:
+                    del _WALKS[key]
+            _WALKS[id(model)] = _Walk(model, modules)
+    return modules
+
+
 class ModelCapture:
     """Capture bounded tensors from registered module instances.
 
@@ -478,7 +535,7 @@ class ModelCapture:
             raise RuntimeError(
                 "this ModelCapture is already active; leave it (or call close()) before entering it again"
             )
-        modules = list(self._model.named_modules())
+        modules = _module_walk(self._model)
         # A whole-model capture needs no path checks; _register labels modules as it goes.
         targets = modules if self._module_paths is None else self._resolve_targets(modules)
         compiled = _compiled_paths(modules)
