@@ -219,6 +219,14 @@ def _prefix_block(tensor: torch.Tensor, count: int) -> torch.Tensor:
     )
 
 
+# Dtypes whose NumPy tolist() gives the same Python scalars as torch's (bfloat16 and
+# the float8 types have no NumPy dtype).
+_NUMPY_DTYPES = frozenset(
+    {torch.float16, torch.float32, torch.float64, torch.bool}
+    | {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+)
+
+
 def _row_major_prefix(tensor: torch.Tensor, count: int) -> tuple[SampleScalar, ...]:
     """The first ``count`` elements in row-major order as Python scalars.
 
@@ -226,6 +234,17 @@ def _row_major_prefix(tensor: torch.Tensor, count: int) -> tuple[SampleScalar, .
     device) and yields Python floats for float16/bfloat16/float8, so values can
     never alias the source storage or carry autograd state.
     """
+    if (
+        type(tensor) is torch.Tensor
+        and tensor.device.type == "cpu"
+        and tensor.dtype in _NUMPY_DTYPES
+        and tensor.is_contiguous()
+        and not tensor.is_neg()
+    ):
+        # The common activation: a NumPy view of the leading run of memory is the cheapest
+        # way to read a few values (about half the cost of a torch view and tolist()).
+        flat: Any = tensor.detach().numpy().reshape(-1)
+        return tuple(flat[:count].tolist())
     block = _prefix_block(tensor, count)
     values: Any = block.tolist()
     for _ in range(block.dim() - 1):
