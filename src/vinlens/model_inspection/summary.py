@@ -372,13 +372,33 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
     # (mean^2 > 63 var, a constant tensor, a single value) the exact two-pass path
     # decides instead.
     if m2 * _CONDITIONING < squares:
-        return False
+        mean, m2 = _finite_two_pass(tensor)
     acc.count += n * repeat
     acc.zeros += zeros * repeat
     acc.minimum = min(acc.minimum, low)
     acc.maximum = max(acc.maximum, high)
     acc._add_moments(n * repeat, mean, m2 * repeat)
     return True
+
+
+def _finite_two_pass(tensor: torch.Tensor) -> tuple[float, float]:
+    """Exact mean and sum of squared deviations of an all-finite tensor.
+
+    Two passes in float64 per bounded block (no masks: every value is finite),
+    merged with Chan et al.'s formula; one host transfer.
+    """
+    rows: list[torch.Tensor] = []
+    sizes: list[int] = []
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        wide = block.to(torch.float64)  # at most one block (the source itself if float64)
+        mean = wide.mean()
+        deviations = (wide - mean).reshape(-1)  # a new block: the source is never modified
+        rows.append(torch.stack([mean, torch.dot(deviations, deviations)]))
+        sizes.append(block.numel())
+    moments = SummaryAccumulator()
+    for size, (mean_b, m2_b) in zip(sizes, torch.stack(rows).tolist(), strict=True):
+        moments._add_moments(size, mean_b, m2_b)
+    return moments.mean, moments.m2
 
 
 def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
