@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.capture import _children
@@ -345,6 +346,66 @@ def _instance_hooks(
         yield
 
 
+@contextlib.contextmanager
+def _module_hooks(
+    targets: Sequence[tuple[str, nn.Module]],
+    pre: Callable[[str, tuple[Any, ...], dict[str, Any]], None] | None,
+    post: Callable[[str, tuple[Any, ...], Any], None],
+) -> Iterator[None]:
+    """Hooks on every target, removed on every exit: global hooks where they can serve.
+
+    Registering two instance hooks per module costs more than a light CNN's whole
+    forward, so modules without hooks of their own are served by one global pre-hook
+    and one global forward hook filtered by module identity (plus a with-kwargs flag
+    per module for the pre-hook, removed on exit). Modules that already carry
+    instance hooks get instance hooks appended after theirs, so these still see
+    what those hooks change.
+    """
+    instance: list[tuple[str, nn.Module]] = []
+    labels: dict[int, str] = {}
+    for label, module in targets:
+        if module._forward_pre_hooks or module._forward_hooks:
+            instance.append((label, module))
+        else:
+            labels[id(module)] = label
+    find = labels.get
+    flagged: list[nn.Module] = []
+    with contextlib.ExitStack() as handles:
+        if labels:
+            if pre is not None:
+                call_pre = pre
+
+                def global_pre(
+                    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+                ) -> None:
+                    label = find(id(module))
+                    if label is not None:
+                        call_pre(label, args, kwargs if kwargs is not None else {})
+
+                handle = _torch_module.register_module_forward_pre_hook(global_pre)
+                handles.callback(handle.remove)
+
+                def unflag(hook_id: int = handle.id) -> None:
+                    for module in flagged:
+                        module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
+
+                handles.callback(unflag)
+                for _, module in targets:
+                    if id(module) in labels:
+                        # PyTorch passes kwargs to any pre-hook whose id a module flags.
+                        module._forward_pre_hooks_with_kwargs[handle.id] = True
+                        flagged.append(module)
+
+            def global_post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+                label = find(id(module))
+                if label is not None:
+                    post(label, args, output)
+
+            handles.callback(_torch_module.register_module_forward_hook(global_post).remove)
+        handles.enter_context(_instance_hooks(instance, pre, post))
+        yield
+
+
 _Found = list[tuple[str, torch.Tensor]]
 
 
@@ -455,7 +516,7 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
 
     targets = _labelled_modules(model, None)
     try:
-        with _instance_hooks(targets, pre, post):
+        with _module_hooks(targets, pre, post):
             run()
     finally:
         pending.clear()  # calls that never returned must not keep their inputs alive
@@ -863,7 +924,7 @@ def collect_activation_stats(
     def post(label: str, args: tuple[Any, ...], output: Any) -> None:
         accumulator.update(label, output)
 
-    with _instance_hooks(targets, None, post):
+    with _module_hooks(targets, None, post):
         for batch in batches:
             run(model, batch)
             accumulator.batches += 1
