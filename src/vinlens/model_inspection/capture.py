@@ -303,7 +303,8 @@ def _new_snapshot(
         call_index=call_index,
         direction=direction,
         tensor_path=tensor_path,
-        shape=_tensor_shape(tensor),
+        # Only nested tensors (which always carry a reason) lack a plain shape.
+        shape=tuple(tensor.shape) if reason is None else _tensor_shape(tensor),
         dtype=_dtype_name(tensor.dtype),
         device=_device_name(tensor.device),
         numel=numel,

@@ -8,7 +8,10 @@ to the host; the tensor is never copied to the host or to a contiguous buffer.
   0 lies within [min, max] a count of non-zero bit patterns),
   no temporary the size of the tensor, one host transfer of five scalars. When
   any of them comes back non-finite (a NaN or an infinity, or a sum of squares
-  that overflows), the tensor takes the blockwise path below instead.
+  that overflows), the tensor takes the blockwise path below instead. A
+  finite tensor whose mean dominates its spread (where a one-pass variance
+  would lose it) gets its mean and sum of squared deviations from an exact
+  mask-free two-pass in float64, one bounded block at a time.
 * Other floating dtypes (float16, bfloat16, float8) and tensors holding NaN or
   infinities: the tensor is read in views of at most :data:`BLOCK_ELEMENTS`
   elements; each block's finite values are widened to float64 (a temporary of
