@@ -184,10 +184,16 @@ class MapAccumulator:
         peak = flat.max(axis=1)
         # Each map divided by its own maximum, then binned: bin = floor(value * bins).
         per_map = (bins / np.where(peak > 0, peak, 1.0)).astype(np.float32)[:, None]
-        index = np.clip((flat * per_map).astype(np.intp), 0, bins - 1)
-        index *= cells
-        index += np.arange(cells)
-        counts = np.bincount(index.ravel(), minlength=bins * cells)
+        # bin = floor(value / peak * bins), clipped to [0, bins - 1], then the flat histogram
+        # position bin * cells + cell, computed in place in float32 where that is exact
+        # (positions below 2**24), else in float64.
+        exact = np.float32 if bins * cells < 2**24 else np.float64
+        position = flat.astype(exact) * per_map.astype(exact)
+        np.clip(position, 0.0, bins - 1, out=position)
+        np.floor(position, out=position)
+        position *= cells
+        position += np.arange(cells, dtype=exact)
+        counts = np.bincount(position.astype(np.intp).ravel(), minlength=bins * cells)
         concentration = map_concentration(values)
         ids = [int(sample_id) for sample_id in sample_ids]
         # Only samples that can enter a top-k list keep a copy of their map.
@@ -398,13 +404,17 @@ class AttributionAggregate:
         out: list[CameraMapStatistics] = []
         for camera in self.camera_keys:
             parts = [a for a in self.accumulators if a.camera_key == camera]
-            overall = parts[0]
+            if len(parts) == 1:  # one class: its statistics are the camera's, computed once
+                finished = parts[0].finish(percentiles)
+                out.append(replace(finished, class_index=None))
+                if parts[0].class_index is not None:
+                    out.append(finished)
+                continue
+            overall = replace(parts[0], class_index=None)
             for part in parts[1:]:
-                overall = replace(overall, class_index=None).merge(replace(part, class_index=None))
-            overall = replace(overall, class_index=None)
+                overall = overall.merge(replace(part, class_index=None))
             out.append(overall.finish(percentiles))
-            if len(parts) > 1 or parts[0].class_index is not None:
-                out.extend(part.finish(percentiles) for part in parts)
+            out.extend(part.finish(percentiles) for part in parts)
         return tuple(out)
 
 
