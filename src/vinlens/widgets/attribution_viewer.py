@@ -19,12 +19,14 @@ mode the layer cannot be read in is never offered. The layer chooser can share a
 :class:`~vinlens.widgets.ModuleSelection` with a module table, snapshot browser or
 health view. ``explain_dataset(loader)`` adds the dataset view: aggregate maps per
 camera and a reliance bar per camera from the engine's streaming aggregation
-(:mod:`vinlens.attribution.aggregate`), and a slider over kept samples.
+(:mod:`vinlens.attribution.aggregate`), and a slider over kept samples. A class menu
+(``aggregate_class``) switches the maps to one class's samples; under each map, the
+samples whose map is most and least concentrated jump the slider when it holds them.
 
 From Python: ``.maps`` (camera -> raw map as shown), ``.layer_maps`` (at the target
 layer's resolution), ``.records`` (the engine's records), ``.flatness``,
 ``.recompute(...)``, ``.export_png(directory)``, ``.explain_dataset(loader)``,
-``.show_sample(i)``, ``.map_statistics`` and ``.reliance``.
+``.show_sample(i)``, ``.map_statistics``, ``.class_map_statistics`` and ``.reliance``.
 """
 
 from __future__ import annotations
