@@ -225,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"ratio {workers} workers / 1 worker        {best['stats'] / best['pool']:.2f}x  (target >= 1.7x for 2)"
         )
+        # Each repeat runs 1 and N workers back to back: the median of those paired ratios
+        # is less exposed to load drift on a shared machine than a ratio of two minima.
+        paired = sorted(one / many for one, many in zip(times["stats"], times["pool"], strict=True))
+        print(
+            f"ratio {workers} workers / 1 worker, median of {len(paired)} interleaved pairs "
+            f"{paired[len(paired) // 2]:.2f}x  (pairs: {', '.join(f'{r:.2f}' for r in paired)})"
+        )
         problems = getattr(stats, "integrity_problems", [])
         if problems:
             print(f"warning: {len(problems)} integrity problems", file=sys.stderr)
