@@ -270,7 +270,7 @@ def test_selected_modules_that_did_not_run_are_named():
 
 
 def test_whole_tensor_summaries_travel_with_the_snapshots():
-    model, widget, _ = make()
+    _model, widget, _ = make()
     widget.run_command(
         "capture", {"module_paths": ["head"], "limits": {"max_samples_per_tensor": 2}}
     )

@@ -164,12 +164,9 @@ def _store_config(
 ) -> VinOfflineStoreConfig:
     from vinlens.store.format import VinOfflineStoreConfig
 
-    fields: dict[str, Any] = {"store_dir": store}
-    if raw is not None:
-        fields["raw_dataset_dir"] = raw
-    if storage_options is not None:
-        fields["storage_options"] = storage_options
-    return VinOfflineStoreConfig(**fields)
+    return VinOfflineStoreConfig(
+        store_dir=store, raw_dataset_dir=raw, storage_options=storage_options
+    )
 
 
 @contextlib.contextmanager
