@@ -109,6 +109,8 @@ def test_weighted_percentile_matches_numpy(counts: dict[int, int], q: float) -> 
     )
 
 
+# No deadline: a loaded shared machine stretches an example past hypothesis' 200 ms.
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=2**31), st.integers(min_value=1, max_value=50))
 def test_reservoir_is_bounded_and_order_independent(seed: int, batches: int) -> None:
     rng = np.random.default_rng(seed)
