@@ -258,6 +258,10 @@ def test_display_state_set_from_python_is_checked(images):
         with pytest.raises(traitlets.TraitError, match=name):
             setattr(w, name, value)
     assert (w.colormap, w.scale, w.view, w.opacity) == ("magma", "raw", "single", 0.25)
+    # The choices are Enum traits, so a browser update outside them is the widget's error.
+    assert list(w.traits()["view"].values) == ["grid", "single"]
+    w.set_state({"view": "3d"})
+    assert w.view == "single" and "view" in w.error
 
 
 # -- the explain command -------------------------------------------------------------------------

@@ -87,6 +87,8 @@ METHOD_LABELS: dict[str, str] = method_labels()
 """The engine's methods in its order, with the names papers use."""
 COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
+SCALES = ("normalized", "raw")
+VIEWS = ("grid", "single")
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
 _MODE_WORDS = {
     VisionCaptureMode.DEDICATED_LAYER.value: "'dedicated_layer' (one module per camera)",
@@ -151,10 +153,12 @@ class AttributionViewerWidget(BrowserSafeState):
     capture_mode = traitlets.Unicode(VisionCaptureMode.DEDICATED_LAYER.value).tag(sync=True)
     target_class = traitlets.Int(None, allow_none=True).tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
-    colormap = traitlets.Unicode("viridis").tag(sync=True)
+    # Display choices set from Python are checked too: a value the browser cannot draw
+    # is refused, so the screen and export_png never disagree.
+    colormap = traitlets.Enum(COLORMAPS, "viridis").tag(sync=True)
     opacity = traitlets.Float(0.5).tag(sync=True)
-    scale = traitlets.Unicode("normalized").tag(sync=True)
-    view = traitlets.Unicode("grid").tag(sync=True)
+    scale = traitlets.Enum(SCALES, "normalized").tag(sync=True)
+    view = traitlets.Enum(VIEWS, "grid").tag(sync=True)
     focused_camera = traitlets.Unicode("").tag(sync=True)
     dataset = traitlets.Dict().tag(sync=True)
     dataset_task = traitlets.Dict().tag(sync=True)
@@ -245,8 +249,8 @@ class AttributionViewerWidget(BrowserSafeState):
             target_label=_score_label(score, target_class),
             colormap=_check_choice("colormap", colormap, COLORMAPS),
             opacity=_check_opacity(opacity),
-            scale=_check_choice("scale", scale, ("normalized", "raw")),
-            view=_check_choice("view", view, ("grid", "single")),
+            scale=_check_choice("scale", scale, SCALES),
+            view=_check_choice("view", view, VIEWS),
             focused_camera=keys[0],
         )
         if probe_note:
@@ -268,20 +272,6 @@ class AttributionViewerWidget(BrowserSafeState):
             reply = self.run_command("explain", {})
             if reply["kind"] == "error":
                 raise RuntimeError(reply["message"])
-
-    # Display state may also be set from Python (w.colormap = "magma"): refuse what the
-    # browser cannot draw rather than letting screen and export_png disagree.
-    @traitlets.validate("colormap")
-    def _valid_colormap(self, proposal: Any) -> str:
-        return _check_trait("colormap", proposal["value"], COLORMAPS)
-
-    @traitlets.validate("scale")
-    def _valid_scale(self, proposal: Any) -> str:
-        return _check_trait("scale", proposal["value"], ("normalized", "raw"))
-
-    @traitlets.validate("view")
-    def _valid_view(self, proposal: Any) -> str:
-        return _check_trait("view", proposal["value"], ("grid", "single"))
 
     @traitlets.validate("selected_layer")
     def _valid_selected_layer(self, proposal: Any) -> str:
