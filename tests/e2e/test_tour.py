@@ -28,7 +28,8 @@ WIDGETS = {
 # Screenshots of a later widget of a kind, by its index among the tour's widgets of that kind.
 LATER_WIDGETS = {
     "model-drift": (".vl-model-health", 1),
-    "attribution-dataset": (".vl-av", 2),
+    # The dataset part alone: the whole viewer is taller than the browser window.
+    "attribution-dataset": (".vl-av-dataset:not([hidden])", 0),
 }
 
 
