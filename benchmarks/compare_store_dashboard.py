@@ -11,9 +11,9 @@ ratios ``(kernel + browser) / engine``: from wall medians, the median of per-rou
 ratios, engine + same-run overhead, and in process CPU seconds. Example, against the
 commit before a change::
 
-    git worktree add /tmp/old <commit> && ln -s $PWD/node_modules /tmp/old/node_modules
-    (cd /tmp/old && npm run build)
-    python benchmarks/compare_store_dashboard.py --quick old=/tmp/old new=.
+    git worktree add /tmp/bench-old <commit> && ln -s $PWD/node_modules /tmp/bench-old/node_modules
+    (cd /tmp/bench-old && npm run build)
+    python benchmarks/compare_store_dashboard.py --quick old=/tmp/bench-old new=.
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def worker(root: Path) -> int:
     """Answer one JSON request per stdin line with one JSON line, using ``root``'s code."""
+    if not (root / "benchmarks" / "bench_store_dashboard.py").is_file():
+        print(f"{root} has no benchmarks/bench_store_dashboard.py", file=sys.stderr)
+        return 2
+    # The tree's own benchmark and source, ahead of this script's directory.
     sys.path[:0] = [str(root / "src"), str(root / "benchmarks")]
-    import bench_store_dashboard as bench  # the tree's own benchmark
+    import bench_store_dashboard as bench
     from vinlens.store.synthetic import SyntheticStoreSpec
 
     answer, sys.stdout = sys.stdout, sys.stderr  # the benchmark's prints stay off the pipe
@@ -146,7 +150,7 @@ def main() -> int:
     if args.worker is not None:
         return worker(args.worker.resolve())
     if len(args.sides) < 2 or any("=" not in s for s in args.sides):
-        parser.error("give two or more name=source-tree arguments, e.g. old=/tmp/old new=.")
+        parser.error("give two or more name=source-tree arguments, e.g. old=/tmp/bench-old new=.")
     scenes = 100 if args.quick else 1000
     sides = [Side(n, Path(r).resolve()) for n, r in (s.split("=", 1) for s in args.sides)]
     try:

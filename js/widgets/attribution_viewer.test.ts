@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { displayRange, modesFor, rangeText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { aggregateMaps, concentrationText, displayRange, modesFor, rangeText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -60,6 +60,7 @@ function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerMod
     dataset_task: {},
     sample_index: 0,
     aggregate_stat: "mean",
+    aggregate_class: "all",
     status: "idle",
     error: "",
     error_traceback: "",
@@ -331,7 +332,7 @@ function datasetPayload(over: Partial<Record<keyof DatasetPayload, unknown>> = {
       mean: { rgb: aggregate([0, 1, 2, 4]), [HOSTILE]: aggregate([1e-4, 1.1e-4, 1e-4, 1e-4], { flat: true, flat_reason: "tiny", relative_span: 2.5e-6 }) },
       p90: { rgb: aggregate([0, 2, 4, 8]), [HOSTILE]: aggregate([0, 1, 0, 1]) },
     },
-    reliance: [{ camera: "rgb", drop: 3, share: 0.75 }, { camera: HOSTILE, drop: -0.5, share: 0 }],
+    reliance: [{ camera: "rgb", drop: 3, std: 0.5, share: 0.75 }, { camera: HOSTILE, drop: -0.5, std: 0.25, share: 0 }],
     ...over,
   };
 }
@@ -376,8 +377,8 @@ describe("dataset view", () => {
     expect(fills[0].style.width).toBe("100%");
     expect(fills[1].style.width).toBe("16.7%");
     expect(fills[1].classList.contains("vl-av-rel-negative")).toBe(true);
-    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 (75%)");
-    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5");
+    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 ± 0.5 (75%)");
+    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5 ± 0.25");
   });
 
   it("asks the kernel for the sample the slider is released on, one request at a time", async () => {
@@ -421,6 +422,53 @@ describe("dataset view", () => {
     model.kernelSet("dataset_task", { id: "ds-1", state: "cancelled", done: 2, total: 5 });
     expect(q<HTMLButtonElement>(".vl-av-ds-cancel").hidden).toBe(true);
     expect(q(".vl-av-ds-progress").textContent).toContain("cancelled");
+  });
+
+  it("switches the aggregate maps by class and jumps the slider to a concentrated sample", async () => {
+    const entry = (id: number, c: number, kept: number | null) => ({
+      sample_id: id, concentration: c, kept_index: kept, map: arrayNode("float32", [2, 2], [0, 1, 2, 3]),
+    });
+    const { q, el, model } = mount({
+      dataset: datasetPayload({
+        classes: [{ value: "all", label: "all classes (40)" }, { value: "3", label: HOSTILE }],
+        class_aggregates: { 3: { mean: { rgb: aggregate([0, 5, 6, 7]) }, p90: {} } },
+        concentration: {
+          all: { rgb: { most: [entry(2, 0.9, 2), entry(31, 0.8, null)], least: [entry(0, 0.1, 0)] } },
+          3: { rgb: { most: [entry(7, 0.5, null)], least: [] } },
+        },
+      }),
+    });
+    const classes = q<HTMLSelectElement>(".vl-av-agg-class");
+    expect(Array.from(classes.options).map((o) => o.textContent)).toEqual(["all classes (40)", HOSTILE]);
+    expect(el.querySelector(".vl-av-agg-class img")).toBeNull(); // kernel strings only as text
+    const rgb = () => el.querySelector<HTMLElement>('.vl-av-agg[data-camera="rgb"]')!;
+    const most = () => Array.from(rgb().querySelectorAll<HTMLElement>('.vl-av-conc[data-which="most"] .vl-av-conc-sample'));
+    expect(most().map((e) => e.textContent)).toEqual(["#2 · 0.90", "#31 · 0.80 (not kept)"]);
+    expect(most().map((e) => e.tagName)).toEqual(["BUTTON", "SPAN"]);
+    // A kept sample jumps the slider and asks the kernel for it, as the slider would.
+    most()[0].click();
+    expect(q<HTMLInputElement>(".vl-av-sample").value).toBe("2");
+    expect(q(".vl-av-sample-label").textContent).toBe("sample 3 / 3 · batch 0 #2");
+    expect(model.sent.at(-1)!.content).toMatchObject({ kind: "command", name: "explain", args: { sample: 2 } });
+    // Another class: its own maps (only the cameras it has) and its own strip.
+    select(classes, "3");
+    expect(model.get("aggregate_class")).toBe("3");
+    const cards = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-agg"));
+    expect(cards.map((c) => c.dataset.camera)).toEqual(["rgb"]);
+    expect(cards[0].querySelector(".vl-av-bar-max")!.textContent).toBe("7");
+    expect(most().map((e) => e.textContent)).toEqual(["#7 · 0.50 (not kept)"]);
+    expect(rgb().querySelector('.vl-av-conc[data-which="least"]')!.textContent).toContain("none");
+  });
+
+  it("finds a class's maps and words concentrated samples", () => {
+    const ds = datasetPayload({ class_aggregates: { 1: { mean: { rgb: aggregate([1, 2, 3, 4]) } } } }) as unknown as DatasetPayload;
+    expect(aggregateMaps(ds, "all", "p90").rgb.max).toBe(8);
+    expect(aggregateMaps(ds, "1", "mean").rgb.max).toBe(4);
+    expect(aggregateMaps(ds, "1", "p90")).toEqual({});
+    expect(aggregateMaps(ds, "9", "mean")).toEqual({});
+    const map = arrayNode("float32", [1, 1], [0]) as unknown as NDArray;
+    expect(concentrationText({ sample_id: 4, concentration: 0.123, kept_index: 4, map })).toBe("#4 · 0.12");
+    expect(concentrationText({ sample_id: 40, concentration: 1, kept_index: null, map })).toBe("#40 · 1.00 (not kept)");
   });
 
   it("labels slider positions in words", () => {

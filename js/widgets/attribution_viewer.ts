@@ -73,8 +73,22 @@ export interface ReliancePayload {
   camera: string;
   /** Mean drop over the slice (score with the camera minus score with the baseline). */
   drop: number;
+  /** Standard deviation of the drop over the slice's samples. */
+  std: number;
   /** Share of the summed positive drops, in [0, 1] (0 for a camera whose removal helps). */
   share: number;
+}
+
+/** A sample the engine kept as one of a camera's most or least concentrated maps. */
+export interface ConcentrationPayload {
+  /** Position of the sample in the slice, in loader order. */
+  sample_id: number;
+  /** Share of the map's total in its hottest 10 % of cells. */
+  concentration: number;
+  /** Where the sample sits on the slider, or null when it was not kept. */
+  kept_index: number | null;
+  /** The sample's raw map at the layer's resolution. */
+  map: NDArray;
 }
 
 /** The dataset view's payload (see attribution_viewer.py:_dataset_payload). */
@@ -88,8 +102,14 @@ export interface DatasetPayload {
   method_label: string;
   layer: string;
   stats: MethodChoice[];
-  /** stat value -> camera -> aggregate map. */
+  /** stat value -> camera -> aggregate map, over every class. */
   aggregates: Record<string, Record<string, AggregatePayload>>;
+  /** "all", then each class the engine reports (value: the class index as a string). */
+  classes?: MethodChoice[];
+  /** class value -> stat value -> camera -> aggregate map of that class's samples. */
+  class_aggregates?: Record<string, Record<string, Record<string, AggregatePayload>>>;
+  /** class value ("all" included) -> camera -> the most and least concentrated samples. */
+  concentration?: Record<string, Record<string, { most: ConcentrationPayload[]; least: ConcentrationPayload[] }>>;
   reliance: ReliancePayload[];
 }
 
@@ -126,6 +146,8 @@ export interface AttributionViewerModel {
   dataset_task: DatasetTask;
   sample_index: number;
   aggregate_stat: string;
+  /** "all" or a class index as a string: whose aggregate maps the dataset view shows. */
+  aggregate_class: string;
   status: string;
   error: string;
   error_traceback: string;
@@ -177,6 +199,28 @@ export function sampleLabel(dataset: DatasetPayload, index: number): string {
   if (n === 0) return "no samples kept";
   const i = Math.min(Math.max(Math.round(index), 0), n - 1);
   return `sample ${i + 1} / ${n} · ${dataset.kept[i]}`;
+}
+
+/** The aggregate maps of one class choice ("all": every class) for one statistic. */
+export function aggregateMaps(dataset: DatasetPayload, cls: string, stat: string): Record<string, AggregatePayload> {
+  const byStat = cls === "all" ? dataset.aggregates : dataset.class_aggregates?.[cls];
+  return byStat?.[stat] ?? {};
+}
+
+/** "#12 · 0.84": a concentrated sample's id and concentration, "(not kept)" when off the slider. */
+export function concentrationText(entry: ConcentrationPayload): string {
+  const text = `#${entry.sample_id} · ${entry.concentration.toFixed(2)}`;
+  return entry.kept_index === null ? `${text} (not kept)` : text;
+}
+
+function finiteRange(data: ArrayLike<number>): { vmin: number; vmax: number } {
+  let vmin = Infinity;
+  let vmax = -Infinity;
+  for (let i = 0; i < data.length; i++) {
+    const v = Number(data[i]);
+    if (Number.isFinite(v)) { vmin = Math.min(vmin, v); vmax = Math.max(vmax, v); }
+  }
+  return vmin <= vmax ? { vmin, vmax } : { vmin: 0, vmax: 0 };
 }
 
 function sharedRange(maps: AggregatePayload[]): { vmin: number; vmax: number } {
@@ -275,6 +319,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   });
   const sampleText = h("span", { class: "vl-mono vl-av-sample-label" });
   const statSelect = h("select", { class: "vl-input vl-av-stat", "aria-label": "Aggregate statistic" });
+  const classSelect = h("select", { class: "vl-input vl-av-agg-class", "aria-label": "Class of the aggregate maps" });
   const aggregates = h("div", { class: "vl-av-aggregates" });
   const reliance = h("div", { class: "vl-av-reliance", role: "list", "aria-label": "Camera reliance" });
   const relianceNote = h("div", { class: "vl-muted vl-av-reliance-note" });
@@ -283,7 +328,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       h("span", { class: "vl-title" }, "Dataset"), dsSummary, dsProgress, dsCancel),
     h("div", { class: "vl-toolbar vl-av-ds-controls" },
       labelled("sample", h("span", { class: "vl-av-sample-wrap" }, sampleSlider, sampleText)),
-      labelled("aggregate", statSelect)),
+      labelled("aggregate", statSelect), labelled("class", classSelect)),
     h("div", { class: "vl-av-ds-body" },
       h("div", { class: "vl-av-ds-block" }, h("div", { class: "vl-av-ds-heading" }, "Aggregate maps"), aggregates),
       h("div", { class: "vl-av-ds-block" },
@@ -635,6 +680,10 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     sampleSlider.disabled = dataset.kept.length < 2;
     const current = statSelect.value || m.get("aggregate_stat");
     replaceChildren(statSelect, ...dataset.stats.map((st) => option(st.value, st.label, st.value === current)));
+    const classes = dataset.classes ?? [{ value: "all", label: "all classes" }];
+    const cls = m.get("aggregate_class") ?? "all";
+    replaceChildren(classSelect, ...classes.map((c) => option(c.value, c.label, c.value === cls)));
+    classSelect.disabled = classes.length < 2;
     syncSample();
     paintAggregates();
     paintReliance();
@@ -650,8 +699,11 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   function paintAggregates(): void {
     if (!dataset) return;
     const stat = m.get("aggregate_stat");
+    const cls = m.get("aggregate_class") ?? "all";
     statSelect.value = stat;
-    const maps = dataset.aggregates[stat] ?? {};
+    classSelect.value = cls;
+    const maps = aggregateMaps(dataset, cls, stat);
+    const strips = dataset.concentration?.[cls] ?? {};
     const name = m.get("colormap");
     const cmap: ColormapName = isColormap(name) ? name : "viridis";
     const cards: HTMLElement[] = [];
@@ -674,10 +726,46 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
           h("span", { class: "vl-av-bar-max vl-mono" }, formatNumber(vmax))),
         // Percentile maps are of per-sample normalised maps: their span is not in raw units.
         h("div", { class: "vl-mono vl-av-range" }, rangeText({ ...agg, camera_key: key }, stat === "mean" ? "raw span" : "span")));
+      const strip = strips[key];
+      if (strip) card.append(concentrationStrip(key, strip.most, "most"), concentrationStrip(key, strip.least, "least"));
       card.classList.toggle("vl-av-flat", agg.flat);
       cards.push(card);
     }
     replaceChildren(aggregates, ...cards);
+  }
+
+  function concentrationStrip(key: string, entries: ConcentrationPayload[], which: "most" | "least"): HTMLElement {
+    const name = m.get("colormap");
+    const cmap: ColormapName = isColormap(name) ? name : "viridis";
+    const items = entries.map((entry) => {
+      const [height, width] = entry.map.shape;
+      const thumb = h("canvas", { class: "vl-av-conc-thumb", "aria-hidden": "true" });
+      // Each sample's map on its own range: the strip compares where maps look, not how strongly.
+      const { vmin, vmax } = finiteRange(entry.map.data);
+      const base = new Uint8ClampedArray(height * width * 4).fill(128);
+      paintCanvas(thumb, compositeOverlay(base, entry.map.data, { colormap: cmap, vmin, vmax, opacity: 1 }), width, height);
+      const text = h("span", { class: "vl-mono" }, concentrationText(entry));
+      const kept = entry.kept_index;
+      if (kept === null) {
+        return h("span", {
+          class: "vl-av-conc-sample vl-av-conc-gone", "data-sample": entry.sample_id,
+          title: `sample ${entry.sample_id} is not among the samples kept for the slider`,
+        }, thumb, text);
+      }
+      const button = h("button", {
+        class: "vl-av-conc-sample", type: "button", "data-sample": entry.sample_id,
+        title: `show sample ${entry.sample_id} above (concentration ${entry.concentration.toFixed(3)})`,
+      }, thumb, text);
+      button.addEventListener("click", () => {
+        sampleSlider.value = String(kept);
+        if (dataset) sampleText.textContent = sampleLabel(dataset, kept);
+        showSample(kept);
+      });
+      return button;
+    });
+    return h("div", { class: "vl-av-conc", "data-which": which, role: "group", "aria-label": `${key}: ${which} concentrated samples` },
+      h("span", { class: "vl-muted vl-av-conc-label" }, `${which} concentrated`),
+      h("div", { class: "vl-av-conc-items" }, ...(items.length ? items : [h("span", { class: "vl-muted" }, "none")])));
   }
 
   function paintReliance(): void {
@@ -690,11 +778,11 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       return h("div", { class: "vl-av-rel-row", role: "listitem", "data-camera": r.camera },
         h("span", { class: "vl-av-rel-camera" }, r.camera),
         h("div", { class: "vl-av-rel-track", "aria-hidden": "true" }, fill),
-        h("span", { class: "vl-mono vl-av-rel-value" },
-          `${formatNumber(r.drop)}${r.drop > 0 ? ` (${Math.round(100 * r.share)}%)` : ""}`));
+        h("span", { class: "vl-mono vl-av-rel-value", title: `standard deviation over the samples: ${formatNumber(r.std)}` },
+          `${formatNumber(r.drop)} ± ${formatNumber(r.std)}${r.drop > 0 ? ` (${Math.round(100 * r.share)}%)` : ""}`));
     }));
     relianceNote.textContent =
-      `score drop when the camera's input is replaced by the ${dataset.baseline} baseline, mean over ${formatNumber(dataset.samples)} samples`;
+      `score drop when the camera's input is replaced by the ${dataset.baseline} baseline: mean ± standard deviation over ${formatNumber(dataset.samples)} samples (share of the summed drops)`;
   }
 
   function syncDatasetTask(): void {
@@ -722,6 +810,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   });
   sampleSlider.addEventListener("change", () => showSample(Number(sampleSlider.value)));
   statSelect.addEventListener("change", () => { m.set("aggregate_stat", statSelect.value); m.save_changes(); });
+  classSelect.addEventListener("change", () => { m.set("aggregate_class", classSelect.value); m.save_changes(); });
   dsCancel.addEventListener("click", () => {
     const id = m.get("dataset_task")?.id;
     if (id) client.cancel(id);
@@ -831,6 +920,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     ["change:dataset_task", syncDatasetTask],
     ["change:sample_index", syncSample],
     ["change:aggregate_stat", paintAggregates],
+    ["change:aggregate_class", paintAggregates],
   ];
   for (const [event, cb] of listeners) m.on(event, cb);
 

@@ -28,10 +28,16 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.capture import _children
-from vinlens.model_inspection.summary import BLOCK_ELEMENTS, _blocks, _SummaryCache
+from vinlens.model_inspection.summary import (
+    BLOCK_ELEMENTS,
+    _blocks,
+    _FiniteCache,
+    _SummaryCache,
+)
 
 __all__ = [
     "ActivationAccumulator",
@@ -52,7 +58,7 @@ MAX_WALK_NODES = 4096
 MAX_WALK_DEPTH = 32
 
 _Batch = TypeVar("_Batch")
-_Call = tuple[str, int, tuple["TensorTrace", ...], tuple["TensorTrace", ...]]
+_Call = tuple[str, int, tuple["TensorTrace", ...], tuple["TensorTrace", ...], bool | None]
 
 
 # --------------------------------------------------------------------------- records
@@ -91,6 +97,13 @@ class NonFiniteOrigin:
         input_nonfinite: True when no module produced the values: the origin's inputs
             already held NaN or Inf (the model's own input, or code between modules),
             and the origin is the first module call that received them.
+        inputs_modified_in_place: The origin's inputs are summarized when it returns
+            (summarizing every call's inputs in advance would cost a full summary per
+            tensor); True when the call changed one of them in place, so ``inputs``
+            describe the changed values (they were finite before the call unless
+            ``input_nonfinite``), None when that cannot be told (inference-mode tensors
+            carry no version counter). False for ``input_nonfinite`` origins, whose
+            inputs are summarized before the call.
     """
 
     module_path: str
@@ -99,6 +112,7 @@ class NonFiniteOrigin:
     outputs: tuple[TensorTrace, ...]
     propagated_to: tuple[str, ...]
     input_nonfinite: bool
+    inputs_modified_in_place: bool | None = False
 
 
 @dataclass(frozen=True)
@@ -332,24 +346,88 @@ def _instance_hooks(
         yield
 
 
-class _TraceCache(_SummaryCache):
-    """Summaries shared across one forward (see :class:`_SummaryCache`), as traces."""
+@contextlib.contextmanager
+def _module_hooks(
+    targets: Sequence[tuple[str, nn.Module]],
+    pre: Callable[[str, tuple[Any, ...], dict[str, Any]], None] | None,
+    post: Callable[[str, tuple[Any, ...], Any], None],
+) -> Iterator[None]:
+    """Hooks on every target, removed on every exit: global hooks where they can serve.
 
-    def traces(self, value: object, root: str) -> tuple[TensorTrace, ...]:
-        return tuple(
-            TensorTrace(path, tuple(tensor.shape), str(tensor.dtype), self.summary(tensor))
-            for path, tensor in _floating_tensors(value, root)
-        )
+    Registering two instance hooks per module costs more than a light CNN's whole
+    forward, so modules without hooks of their own are served by one global pre-hook
+    and one global forward hook filtered by module identity (plus a with-kwargs flag
+    per module for the pre-hook, removed on exit). Modules that already carry
+    instance hooks get instance hooks appended after theirs, so these still see
+    what those hooks change.
+    """
+    instance: list[tuple[str, nn.Module]] = []
+    labels: dict[int, str] = {}
+    for label, module in targets:
+        if module._forward_pre_hooks or module._forward_hooks:
+            instance.append((label, module))
+        else:
+            labels[id(module)] = label
+    find = labels.get
+    flagged: list[nn.Module] = []
+    with contextlib.ExitStack() as handles:
+        if labels:
+            if pre is not None:
+                call_pre = pre
+
+                def global_pre(
+                    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+                ) -> None:
+                    label = find(id(module))
+                    if label is not None:
+                        call_pre(label, args, kwargs if kwargs is not None else {})
+
+                handle = _torch_module.register_module_forward_pre_hook(global_pre)
+                handles.callback(handle.remove)
+
+                def unflag(hook_id: int = handle.id) -> None:
+                    for module in flagged:
+                        module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
+
+                handles.callback(unflag)
+                for _, module in targets:
+                    if id(module) in labels:
+                        # PyTorch passes kwargs to any pre-hook whose id a module flags.
+                        module._forward_pre_hooks_with_kwargs[handle.id] = True
+                        flagged.append(module)
+
+            def global_post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+                label = find(id(module))
+                if label is not None:
+                    post(label, args, output)
+
+            handles.callback(_torch_module.register_module_forward_hook(global_post).remove)
+        handles.enter_context(_instance_hooks(instance, pre, post))
+        yield
 
 
-def _inputs_traces(
-    cache: _TraceCache, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> tuple[TensorTrace, ...]:
-    return cache.traces(args, "args") + (cache.traces(kwargs, "kwargs") if kwargs else ())
+_Found = list[tuple[str, torch.Tensor]]
 
 
-def _any_nonfinite(traces: tuple[TensorTrace, ...]) -> bool:
-    return any(trace.summary.nonfinite_count for trace in traces)
+def _traces(cache: _SummaryCache, tensors: _Found) -> tuple[TensorTrace, ...]:
+    return tuple(
+        TensorTrace(path, tuple(tensor.shape), str(tensor.dtype), cache.summary(tensor))
+        for path, tensor in tensors
+    )
+
+
+def _input_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Found:
+    found = list(_floating_tensors(args, "args"))
+    if kwargs:
+        found.extend(_floating_tensors(kwargs, "kwargs"))
+    return found
+
+
+def _versions(tensors: _Found) -> tuple[int, ...] | None:
+    """Version counters of ``tensors``; None when one has none (an inference tensor)."""
+    if any(tensor.is_inference() for _, tensor in tensors):
+        return None
+    return tuple(tensor._version for _, tensor in tensors)
 
 
 # --------------------------------------------------------------------------- NaN origin
@@ -358,14 +436,21 @@ def _any_nonfinite(traces: tuple[TensorTrace, ...]) -> bool:
 def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFiniteOrigin | None:
     """Run the forward once and report the module call where NaN or Inf first appeared.
 
-    Every registered module is hooked. Each module call's floating inputs are
-    summarized before it runs and its floating outputs when it returns (a tensor
-    shared as one module's output and the next one's input is reduced once), on
-    the tensors' device. The origin is the first call, in order of return, whose
-    inputs were all finite and whose output is not: a ``log`` of a negative value
-    in module ``k`` is reported as ``k``, not as the modules that merely passed the
-    NaN on. When no such call exists but a call received non-finite inputs, the
-    first such call is reported with ``input_nonfinite=True``.
+    Every registered module is hooked. Before each module call its floating inputs
+    are checked for NaN and Inf, and when it returns its floating outputs, on the
+    tensors' device (one reduction per tensor; a tensor shared as one module's
+    output and the next one's input is checked once). The origin is the first
+    call, in order of return, whose inputs were all finite and whose output is
+    not: a ``log`` of a negative value in module ``k`` is reported as ``k``, not
+    as the modules that merely passed the NaN on. When no such call exists but a
+    call received non-finite inputs, the first such call is reported with
+    ``input_nonfinite=True``.
+
+    Only the reported call is summarized, so a finite forward costs one check per
+    tensor. The origin's inputs are summarized when it returns: a module that
+    modified them in place (``x.log_()``) leaves its changed values there, which
+    ``inputs_modified_in_place`` says (see :class:`NonFiniteOrigin`). The inputs of
+    a call that received non-finite values are summarized before it runs.
 
     Args:
         model: Constructed model whose registered modules are observed.
@@ -381,53 +466,68 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     """
     _check_model(model)
     _check_callable(run, "takes no arguments and drives the forward")
-    cache = _TraceCache()
+    checks = _FiniteCache()
+    cache = _SummaryCache()
     counts: dict[str, int] = {}
-    pending: dict[tuple[int, str], list[tuple[int, tuple[TensorTrace, ...]]]] = {}
-    # (path, call index, inputs, outputs) of the true origin and of the first call that
-    # received non-finite inputs (its outputs are filled in when it returns).
+    # Per (thread, path): calls in flight with their index, inputs, their versions and
+    # whether they were all finite.
+    pending: dict[tuple[int, str], list[tuple[int, _Found, tuple[int, ...] | None, bool]]] = {}
+    # (path, call index, inputs, outputs, inputs modified in place) of the true origin and
+    # of the first call that received non-finite inputs (its outputs are filled in when
+    # it returns).
     origin: list[_Call] = []
     tainted: list[_Call] = []
     propagated: dict[str, None] = {}
     lock = threading.Lock()
 
     def pre(label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        inputs = _inputs_traces(cache, args, kwargs)
+        inputs = _input_tensors(args, kwargs)
+        finite = all(checks.finite(tensor) for _, tensor in inputs)
         with lock:
             index = counts.get(label, 0)
             counts[label] = index + 1
-            pending.setdefault((threading.get_ident(), label), []).append((index, inputs))
-            if not tainted and _any_nonfinite(inputs):
-                tainted.append((label, index, inputs, ()))
+            pending.setdefault((threading.get_ident(), label), []).append(
+                (index, inputs, _versions(inputs), finite)
+            )
+            if not finite and not tainted:
+                tainted.append((label, index, _traces(cache, inputs), (), False))
 
     def post(label: str, args: tuple[Any, ...], output: Any) -> None:
         with lock:
             stack = pending.get((threading.get_ident(), label))
             if not stack:
                 return
-            index, inputs = stack.pop()
-        outputs = cache.traces(output, "output")
+            index, inputs, versions, finite_inputs = stack.pop()
+        outputs = list(_floating_tensors(output, "output"))
+        finite = all(checks.finite(tensor) for _, tensor in outputs)
         with lock:
             if tainted and tainted[0][:2] == (label, index):
-                tainted[0] = (label, index, inputs, outputs)
-            if not _any_nonfinite(outputs):
+                tainted[0] = (label, index, tainted[0][2], _traces(cache, outputs), False)
+            if finite:
                 return
-            if not origin and not _any_nonfinite(inputs):
-                origin.append((label, index, inputs, outputs))
+            if not origin and finite_inputs:
+                now = _versions(inputs)
+                modified = None if versions is None or now is None else now != versions
+                origin.append(
+                    (label, index, _traces(cache, inputs), _traces(cache, outputs), modified)
+                )
             else:
                 propagated.setdefault(label, None)
 
     targets = _labelled_modules(model, None)
-    with _instance_hooks(targets, pre, post):
-        run()
+    try:
+        with _module_hooks(targets, pre, post):
+            run()
+    finally:
+        pending.clear()  # calls that never returned must not keep their inputs alive
     found, input_nonfinite = (
         (origin[0], False) if origin else (tainted[0], True) if tainted else (None, False)
     )
     if found is None:
         return None
-    label, index, inputs, outputs = found
+    label, index, inputs, outputs, modified = found
     spread = tuple(path for path in propagated if path != label)
-    return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite)
+    return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite, modified)
 
 
 # --------------------------------------------------------------------------- model diff
@@ -824,7 +924,7 @@ def collect_activation_stats(
     def post(label: str, args: tuple[Any, ...], output: Any) -> None:
         accumulator.update(label, output)
 
-    with _instance_hooks(targets, None, post):
+    with _module_hooks(targets, None, post):
         for batch in batches:
             run(model, batch)
             accumulator.batches += 1

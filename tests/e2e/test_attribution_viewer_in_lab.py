@@ -444,6 +444,7 @@ def test_dataset_view_slider_changes_the_shown_sample(lab: Any) -> None:
     root.locator(".vl-av-stat").select_option("p90")
     assert lab.kernel_json("wds.aggregate_stat") == "p90"
     assert root.locator(".vl-error").is_hidden()
+    assert not [e for e in lab.errors if "vl-" in e or "attribution" in e.lower()], lab.errors
 
     for dark in (False, True):
         _set_theme(lab, dark)

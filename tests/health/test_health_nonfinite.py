@@ -43,9 +43,36 @@ def test_in_place_log_still_reports_finite_inputs() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), InPlaceLog(), nn.Linear(4, 2))
     origin = find_nonfinite_origin(model, lambda: model(torch.randn(2, 4)))
     assert origin is not None and origin.module_path == "2"
-    # Inputs were summarized before forward mutated them in place.
-    assert origin.inputs[0].summary.nonfinite_count == 0
+    assert not origin.input_nonfinite
+    # The input was finite before the call; the call changed it in place, and says so.
+    assert origin.inputs_modified_in_place is True
+    assert origin.inputs[0].summary.nan_count == 8
     assert origin.outputs[0].summary.nan_count == 8
+
+
+def test_inputs_left_alone_are_summarized_exactly_and_say_so() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), Log(), nn.Linear(4, 2))
+    x = torch.randn(2, 4)
+    origin = find_nonfinite_origin(model, lambda: model(x))
+    assert origin is not None and origin.module_path == "2"
+    assert origin.inputs_modified_in_place is False
+    expected = torch.tanh(model[0](x)).detach()
+    assert origin.inputs[0].summary.mean == pytest.approx(expected.mean().item(), rel=1e-5)
+    assert origin.inputs[0].summary.nonfinite_count == 0
+
+
+def test_inference_mode_inputs_cannot_be_told_apart() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), Log(), nn.Linear(4, 2))
+    with torch.inference_mode():
+        origin = find_nonfinite_origin(model, lambda: model(torch.randn(2, 4)))
+    assert origin is not None and origin.module_path == "2"
+    assert origin.inputs_modified_in_place is None
+
+
+def test_a_finite_sum_that_overflows_is_not_taken_for_infinity() -> None:
+    big = torch.full((4,), 3.0e38)  # finite, but its float32 sum overflows
+    model = nn.Sequential(nn.Identity(), nn.Identity())
+    assert find_nonfinite_origin(model, lambda: model(big)) is None
 
 
 def test_infinity_counts_too_and_zero_gives_minus_infinity() -> None:

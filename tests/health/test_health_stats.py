@@ -12,7 +12,12 @@ import torch
 from health_models import assert_no_hooks, deep_model
 from torch import nn
 
-from vinlens.health import ActivationAccumulator, ActivationStats, collect_activation_stats
+from vinlens.health import (
+    ActivationAccumulator,
+    ActivationStats,
+    collect_activation_stats,
+    find_nonfinite_origin,
+)
 from vinlens.model_inspection import ROOT_PATH, TensorSummary
 
 
@@ -168,3 +173,32 @@ def test_accumulators_pickle_for_workers() -> None:
     assert copy.finish() == accumulator.finish()
     assert copy.update("x", torch.ones(2)).finish().modules["x"].count == 34
     assert stats.batches == 3
+
+
+def test_a_module_with_its_own_hooks_is_observed_after_them() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    # The caller's own hook replaces the first layer's output: the statistics see what
+    # the forward then used, and the caller's hook stays registered.
+    handle = model[0].register_forward_hook(lambda _m, _a, out: out * 0 + 2)
+    try:
+        stats = collect_activation_stats(model, [torch.randn(4, 3) for _ in range(3)])
+        assert stats.modules["0"].mean == 2.0 and stats.modules["0"].std == 0.0
+        assert stats.modules["1"].min == 2.0
+        assert len(model[0]._forward_hooks) == 1
+    finally:
+        handle.remove()
+    assert_no_hooks(model)
+
+
+def test_kwargs_reach_the_nan_origin_through_the_global_pre_hook() -> None:
+    class Scale(nn.Module):
+        def forward(self, x: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+            return x * scale
+
+    model = nn.Sequential(nn.Identity())
+    scale_module = Scale()
+    bad = torch.tensor([math.nan])
+    origin = find_nonfinite_origin(scale_module, lambda: scale_module(torch.ones(2), scale=bad))
+    assert origin is not None and origin.input_nonfinite
+    assert [t.tensor_path for t in origin.inputs] == ["args[0]", "kwargs['scale']"]
+    assert_no_hooks(model, scale_module)

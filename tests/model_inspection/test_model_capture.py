@@ -519,3 +519,49 @@ def test_data_parallel_wrapper_paths() -> None:
 def test_repr_reports_usage() -> None:
     capture = capture_model(nn.Identity())
     assert "active=False" in repr(capture) and "snapshots=0/64" in repr(capture)
+
+
+def test_a_model_edited_between_captures_is_walked_again() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    x = torch.randn(2, 3)
+
+    def paths() -> set[str]:
+        with capture_model(model) as capture:
+            model(x)
+        return {s.module_path for s in capture.snapshots}
+
+    assert paths() == {"<root>", "0", "1"}
+    assert paths() == {"<root>", "0", "1"}  # the reused walk
+    model.append(nn.Tanh())  # a child added
+    assert paths() == {"<root>", "0", "1", "2"}
+    model[1] = nn.Sequential(nn.ReLU())  # a child replaced by a container
+    assert paths() == {"<root>", "0", "1", "1.0", "2"}
+    model[1][0] = nn.Identity()  # a grandchild replaced: same names, new module
+    identity = model[1][0]
+    with capture_model(model) as capture:
+        model(x)
+    assert any(s.module_path == "1.0" for s in capture.snapshots)
+    assert dict(model.named_modules())["1.0"] is identity
+    del model._modules["2"]  # a child removed through the table itself
+    assert paths() == {"<root>", "0", "1", "1.0"}
+    assert_no_hooks(model)
+
+
+def test_a_model_class_with_its_own_named_modules_is_walked_every_time() -> None:
+    class Hidden(nn.Sequential):
+        show = False
+
+        def named_modules(self, *args: Any, **kwargs: Any) -> Any:
+            for name, module in super().named_modules(*args, **kwargs):
+                if self.show or not name:
+                    yield name, module
+
+    model = Hidden(nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    with capture_model(model) as capture:
+        model(x)
+    assert {s.module_path for s in capture.snapshots} == {"<root>"}
+    Hidden.show = True
+    with capture_model(model) as capture:
+        model(x)
+    assert {s.module_path for s in capture.snapshots} == {"<root>", "0"}

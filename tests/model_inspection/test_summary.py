@@ -92,6 +92,10 @@ CASES: dict[str, Any] = {
     "negative-zeros": lambda: torch.tensor([-0.0, 0.0, -0.0, 1.5, -2.0]),
     "negative-zeros-float64": lambda: torch.tensor([[-0.0, 3.0], [0.0, -1.0]], dtype=torch.float64),
     "zeros-outside-range": lambda: torch.rand(50) + 1,
+    # hardswish(x) is -0.0 for x <= -3: many signed zeros in a permuted view.
+    "hardswish-permuted": lambda: torch.nn.functional.hardswish(torch.randn(6, 7, 40) * 4).permute(
+        2, 0, 1
+    ),
 }
 
 
@@ -101,7 +105,9 @@ def test_summary_equals_torch_reductions_on_the_whole_tensor(case: str) -> None:
     assert_summary_close(summarize_tensor(tensor), reference(tensor))
 
 
-@pytest.mark.parametrize("case", ["permuted-sliced", "float16", "planted-float32", "expanded"])
+@pytest.mark.parametrize(
+    "case", ["permuted-sliced", "float16", "planted-float32", "expanded", "hardswish-permuted"]
+)
 def test_blockwise_path_agrees_when_blocks_are_small(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

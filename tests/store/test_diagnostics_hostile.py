@@ -211,7 +211,7 @@ def test_zero_chunk_extent_is_a_named_error(small_store: SyntheticStoreRecord) -
     assert any(p.kind == "BlockMismatchError" for p in stats.integrity_problems)
 
 
-def test_compressed_chunk_on_a_device_is_refused_before_zarr_opens_it(tmp_path: Path) -> None:
+def test_compressed_chunk_on_a_device_is_refused_and_feeds_no_number(tmp_path: Path) -> None:
     c = 4
     rng = np.random.default_rng(0)
     path = tmp_path / "zstd"
@@ -235,9 +235,10 @@ def test_compressed_chunk_on_a_device_is_refused_before_zarr_opens_it(tmp_path: 
     chunk.unlink()
     os.symlink("/dev/urandom", chunk)
     stats = collect_vin_offline_dataset_stats(path, max_samples=None)
-    assert [(p.kind, p.path) for p in stats.integrity_problems if p.block == "rri"] == [
-        ("CorruptChunkError", str(chunk))
-    ]
+    refused = [p for p in stats.integrity_problems if p.block == "rri"]
+    assert [p.kind for p in refused] == ["CorruptChunkError"]
+    assert refused[0].path is not None and refused[0].path.startswith(str(chunk.parents[2]))
+    assert "character device" in refused[0].message and str(chunk) in refused[0].message
     assert stats.rri is not None and stats.rri.count == 6 * c  # shard 00000 only
     assert stats.rri.minimum is not None and stats.rri.minimum >= 0.0
     assert stats.rri.maximum is not None and stats.rri.maximum <= 1.0

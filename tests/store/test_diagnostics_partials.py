@@ -231,3 +231,35 @@ def test_reservoir_state_is_bounded_by_its_limit_not_by_the_rows_seen() -> None:
     whole.update(np.arange(0, 700), np.arange(0, 700, dtype=np.float64))
     assert np.array_equal(left.finish(), whole.finish())
     assert np.array_equal(right.finish(), whole.finish())
+
+
+def test_thread_pool_workers_close_their_readers_after_the_call(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vinlens.store.diagnostics import acquire
+
+    opened: list[int] = []
+    closed: list[int] = []
+    real_init = VinOfflineStoreReader.__init__
+    real_close = VinOfflineStoreReader.close
+
+    def tracking_init(self: VinOfflineStoreReader, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(id(self))
+
+    def tracking_close(self: VinOfflineStoreReader) -> None:
+        closed.append(id(self))
+        real_close(self)
+
+    monkeypatch.setattr(VinOfflineStoreReader, "__init__", tracking_init)
+    monkeypatch.setattr(VinOfflineStoreReader, "close", tracking_close)
+    local = collect_vin_offline_dataset_stats(store, max_samples=None)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for _ in range(2):  # the second call opens fresh readers, reused across its tasks
+            assert (
+                collect_vin_offline_dataset_stats(store, max_samples=None, executor=pool) == local
+            )
+            assert set(opened) <= set(closed)
+            assert not acquire._readers
+    # Per call: the coordinator's reader plus at most one per pool thread, not one per task.
+    assert len(opened) <= 3 * (1 + 3)

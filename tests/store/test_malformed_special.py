@@ -187,24 +187,12 @@ def test_raw_dir_as_a_config_field_keeps_working(tmp_path: Path) -> None:
 def test_compressed_chunk_that_is_a_special_file_never_blocks_zarr(
     tmp_path: Path, target: str
 ) -> None:
-    import numpy as np
-
-    from vinlens.store.sample import VinOfflineSample
+    from vinlens.store.synthetic import SyntheticStoreSpec, make_synthetic_samples
 
     path = tmp_path / "zstd"
-    with VinOfflineStoreWriter(path, num_candidates=4, compressor="zstd") as writer:
-        for i in range(3):
-            writer.add(
-                VinOfflineSample(
-                    sample_key=f"k{i}",
-                    scene_id="a",
-                    snippet_id=f"n{i}",
-                    split="train",
-                    vin_points=np.zeros((2, 3), np.float32),
-                    candidate_valid=np.ones(4, bool),
-                    rri=np.ones(4, np.float32),
-                )
-            )
+    spec = SyntheticStoreSpec(num_scenes=1, snippets_per_scene=2, num_candidates=4)
+    with VinOfflineStoreWriter(path, num_candidates=4, compressor="zstd", fsync=False) as writer:
+        writer.add_batch(make_synthetic_samples(spec))
     chunk = _first_chunk(path)
     chunk.unlink()
     if target == "fifo":
@@ -213,7 +201,9 @@ def test_compressed_chunk_that_is_a_special_file_never_blocks_zarr(
         chunk.symlink_to(target)
     with (
         VinOfflineStoreReader(path) as reader,
-        pytest.raises(VinOfflineStoreError, match=r"arrays/rri.*(FIFO|character device)"),
+        pytest.raises(
+            VinOfflineStoreError, match=r"arrays/rri.*(FIFO|character device|not a regular file)"
+        ),
     ):
         reader.read_rows("00000", "rri", 0, 1)
     stats = collect_vin_offline_dataset_stats(path, max_samples=None)

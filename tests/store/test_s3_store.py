@@ -324,3 +324,16 @@ def test_endpoint_that_never_answers_times_out_naming_the_url() -> None:
         with pytest.raises(StoreAccessError, match=r"s3://vinlens-test/silent"):
             VinOfflineStoreReader(config)
         assert time.monotonic() - start < 30
+
+
+def test_default_s3_options_survive_use(s3_dataset: S3Dataset) -> None:
+    from vinlens.store.access import DEFAULT_S3_OPTIONS
+
+    before = json.dumps(DEFAULT_S3_OPTIONS, sort_keys=True)
+    options = dict(s3_dataset.remote.storage_options or {})
+    options["skip_instance_cache"] = True
+    access = open_store_access(str(s3_dataset.remote.store_dir), options)
+    access.read_bytes("manifest.json")
+    access.zarr_store("shards")
+    # botocore rewrites the retries dict it gets; ours must stay as documented.
+    assert json.dumps(DEFAULT_S3_OPTIONS, sort_keys=True) == before

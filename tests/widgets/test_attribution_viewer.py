@@ -351,6 +351,20 @@ class FailingDemoModel(MultiCameraDemoModel):
         return super().forward(images)
 
 
+def test_a_model_that_fails_on_the_probe_still_opens_with_structural_choices(images):
+    model = FailingDemoModel("per_camera_call")
+    model.fail = True
+    w = viewer(images, "per_camera_call", model=model, compute=False)
+    assert "sensor packet corrupted" in w.error and w.status == "error"
+    assert "every structurally possible mode is offered" in w.error
+    offered = {c["path"]: c["modes"] for c in w.layers}
+    assert offered["encoder.conv3"] == ["per_camera_call", "stacked_camera_batch"]
+    assert hook_count(model) == 0
+    # The model's own error is what an explanation then reports.
+    reply = w.run_command("explain", {})
+    assert reply["kind"] == "error" and "sensor packet corrupted" in reply["message"]
+
+
 @pytest.mark.parametrize("method", ["grad_cam", "ablation_cam"])
 def test_exception_in_forward_is_an_error_reply_with_no_hooks_left(images, method):
     model = FailingDemoModel("per_camera_call")
@@ -553,11 +567,12 @@ def test_dataset_view_payload_is_the_engines_aggregate_and_reliance(images):
             np.frombuffer(p90["data"], dtype="<f4").reshape(p90["shape"]),
             overall[key].percentile_maps[90.0],
         )
-    drops = {r.camera_key: r.mean_drop for r in summary.finish()}
+    engine_rows = {r.camera_key: r for r in summary.finish()}
     rows = payload["reliance"]
     assert [r["camera"] for r in rows] == list(images)  # camera order, as the panels
     for row in rows:
-        assert row["drop"] == pytest.approx(drops[row["camera"]])
+        assert row["drop"] == pytest.approx(engine_rows[row["camera"]].mean_drop)
+        assert row["std"] == pytest.approx(engine_rows[row["camera"]].std_drop)
     assert sum(r["share"] for r in rows) == pytest.approx(1.0)
     # rgb has evidence in every sample, the SLAM cameras in half: rgb matters most.
     assert max(rows, key=lambda r: r["drop"])["camera"] == "rgb"
@@ -594,6 +609,52 @@ def test_dataset_slider_shows_the_chosen_sample_with_its_own_maps(images):
     reply = w.run_command("explain", {"sample": 1, "cameras": ["rgb"]})
     assert reply["kind"] == "error" and "every camera" in reply["message"]
     assert w.sample_index == 3
+
+
+def _sent(node: dict) -> np.ndarray:
+    array = node["$array"]
+    return np.frombuffer(array["data"], dtype="<f4").reshape(array["shape"])
+
+
+def test_dataset_view_offers_each_class_and_its_most_and_least_concentrated_samples(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    w.explain_dataset(loader(), keep_samples=3)
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    engine = aggregate_attributions(model, loader(), targets, score=EVIDENCE_CLASS).finish((50, 90))
+    payload = w.dataset
+    # The loader's labels are i % 4: four classes of two samples each, after "all".
+    assert [c["value"] for c in payload["classes"]] == ["all", "0", "1", "2", "3"]
+    assert payload["classes"][2]["label"] == "class 1 (2)"
+    for s in engine:
+        group = "all" if s.class_index is None else str(s.class_index)
+        maps = payload["aggregates"] if group == "all" else payload["class_aggregates"][group]
+        np.testing.assert_allclose(_sent(maps["mean"][s.camera_key]["map"]), s.mean_map, rtol=1e-6)
+        np.testing.assert_array_equal(
+            _sent(maps["p90"][s.camera_key]["map"]), s.percentile_maps[90.0]
+        )
+        rows = payload["concentration"][group][s.camera_key]
+        for which, samples in (("most", s.most_concentrated), ("least", s.least_concentrated)):
+            assert [r["sample_id"] for r in rows[which]] == [x.sample_id for x in samples]
+            assert [r["concentration"] for r in rows[which]] == pytest.approx(
+                [x.concentration for x in samples]
+            )
+            for row, sample in zip(rows[which], samples, strict=True):
+                # Only the first three samples stay on the slider; their index is their id.
+                expected = sample.sample_id if sample.sample_id < 3 else None
+                assert row["kept_index"] == expected
+                np.testing.assert_array_equal(_sent(row["map"]), sample.raw_map)
+    # Class 0 holds samples 0 and 4, which carry evidence in every camera.
+    ids = {r["sample_id"] for r in payload["concentration"]["0"]["rgb"]["most"]}
+    assert ids == {0, 4}
+    assert {s.class_index for s in w.class_map_statistics} == {0, 1, 2, 3}
+    w.aggregate_class = "2"
+    with pytest.raises(traitlets.TraitError, match="aggregate_class"):
+        w.aggregate_class = "7"
+    # A pass whose classes do not include the chosen one goes back to all classes.
+    w.explain_dataset(loader(4, 2), max_batches=1)
+    assert [c["value"] for c in w.dataset["classes"]] == ["all", "0", "1"]
+    assert w.aggregate_class == "all"
 
 
 def test_dataset_pass_can_be_cancelled_and_keeps_the_previous_results(images):

@@ -173,3 +173,39 @@ def test_health_view_shares_the_selection_with_the_module_table():
     assert health.selected_paths == ["1.1"] and picked.paths == ["1.1"]
     health.set_state({"selected_paths": ["2"]})  # a click in the health view's table
     assert table.selected_paths == ["2"]
+
+
+def test_health_summary_table_exports_as_rows_dataframe_and_files(tmp_path):
+    pd = pytest.importorskip("pandas")
+    model_a = finite()
+    model_b = copy.deepcopy(model_a)
+    with torch.no_grad():
+        model_b[1][1].weight[0, 0] += 0.5
+    diff = compare_models(model_a, model_b, lambda m: m(X))
+    widget = ModelHealthWidget(model_a, diff=diff)
+    rows = widget.to_rows()
+    metadata = inspect_model(model_a)
+    assert [r["path"] for r in rows] == [m.path for m in metadata.modules]
+    assert [r["module_type"] for r in rows] == [m.module_type for m in metadata.modules]
+    by_path = {r["path"]: r for r in rows}
+    entry = next(d for d in diff.modules if d.module_path == "1.1")
+    row = by_path["1.1"]
+    assert row["relative_l2"] == entry.relative_l2 and row["cosine"] == entry.cosine
+    assert row["a_mean"] == entry.summary_a.mean and row["b_std"] == entry.summary_b.std
+    assert row["has_b"] is True and row["calls"] == 1 and row["origin"] is False
+    # The rows are the columns the browser gets, value for value (NaN where unknown).
+    for name in ("a_mean", "b_max", "relative_l2", "calls", "origin"):
+        exported = np.array([r[name] for r in rows], dtype=np.float64)
+        np.testing.assert_array_equal(exported, column(widget.health, name).astype(np.float64))
+    frame = widget.to_dataframe()
+    assert list(frame["path"]) == [m.path for m in metadata.modules]
+    assert frame.loc[frame["path"] == "1.1", "relative_l2"].item() == entry.relative_l2
+    written = widget.export(tmp_path / "health.csv")
+    back = pd.read_csv(written)
+    assert list(back.columns[:2]) == ["path", "module_type"] and len(back) == len(rows)
+    assert back.loc[back["path"] == "1.1", "relative_l2"].item() == pytest.approx(entry.relative_l2)
+    # A new record replaces the exported table too.
+    origin_model = planted()
+    origin = find_nonfinite_origin(origin_model, lambda: origin_model(X))
+    flagged = ModelHealthWidget(origin_model, origin=origin).to_rows()
+    assert [r["path"] for r in flagged if r["origin"]] == ["1.1"]

@@ -132,6 +132,21 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         x = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
         return ModelHealthWidget(a, diff=compare_models(a, b, lambda m: m(x)))
 
+    def attribution_dataset() -> Any:
+        # Labelled batches: the payload then has per-class maps and concentration strips,
+        # some of whose samples are past the kept ones (kept_index null).
+        batches = []
+        for b in range(2):
+            parts = [make_camera_images(seed=20 + 2 * b + i) for i in range(2)]
+            camera_batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            batches.append((camera_batch, torch.tensor([b, 1])))
+        w = AttributionViewerWidget(
+            model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
+        )
+        w.explain_dataset(batches, keep_samples=3, percentiles=(50,))
+        assert len(w.dataset["classes"]) == 3, w.dataset["classes"]
+        return w
+
     def dashboard() -> Any:
         w = StoreDashboardWidget(dataset.config, max_samples=None)
         w.wait(120)
@@ -158,6 +173,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
             model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
         ),
     )
+    yield "attribution_viewer_dataset", attribution_dataset
     yield "model_health_stats_and_origin", model_health
     yield "model_health_diff", model_health_diff
     yield "store_dashboard", dashboard
@@ -220,4 +236,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     }
     assert not failures, f"{sorted(failures)} disagree; first: {next(iter(failures.values()), '')}"
     assert set(names) <= set(tests), (names, sorted(tests))
+    assert "attribution_viewer_dataset has what the dataset view reads" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

@@ -67,6 +67,7 @@ __all__ = [
     "MapAccumulator",
     "RelianceSummary",
     "aggregate_attributions",
+    "batch_camera_images",
     "camera_image_means",
     "camera_reliance",
     "camera_reliance_over",
@@ -183,10 +184,16 @@ class MapAccumulator:
         peak = flat.max(axis=1)
         # Each map divided by its own maximum, then binned: bin = floor(value * bins).
         per_map = (bins / np.where(peak > 0, peak, 1.0)).astype(np.float32)[:, None]
-        index = np.clip((flat * per_map).astype(np.intp), 0, bins - 1)
-        index *= cells
-        index += np.arange(cells)
-        counts = np.bincount(index.ravel(), minlength=bins * cells)
+        # bin = floor(value / peak * bins), clipped to [0, bins - 1], then the flat histogram
+        # position bin * cells + cell, computed in place in float32 where that is exact
+        # (positions below 2**24), else in float64.
+        exact = np.float32 if bins * cells < 2**24 else np.float64
+        position = flat.astype(exact) * per_map.astype(exact)
+        np.clip(position, 0.0, bins - 1, out=position)
+        np.floor(position, out=position)
+        position *= cells
+        position += np.arange(cells, dtype=exact)
+        counts = np.bincount(position.astype(np.intp).ravel(), minlength=bins * cells)
         concentration = map_concentration(values)
         ids = [int(sample_id) for sample_id in sample_ids]
         # Only samples that can enter a top-k list keep a copy of their map.
@@ -397,13 +404,17 @@ class AttributionAggregate:
         out: list[CameraMapStatistics] = []
         for camera in self.camera_keys:
             parts = [a for a in self.accumulators if a.camera_key == camera]
-            overall = parts[0]
+            if len(parts) == 1:  # one class: its statistics are the camera's, computed once
+                finished = parts[0].finish(percentiles)
+                out.append(replace(finished, class_index=None))
+                if parts[0].class_index is not None:
+                    out.append(finished)
+                continue
+            overall = replace(parts[0], class_index=None)
             for part in parts[1:]:
-                overall = replace(overall, class_index=None).merge(replace(part, class_index=None))
-            overall = replace(overall, class_index=None)
+                overall = overall.merge(replace(part, class_index=None))
             out.append(overall.finish(percentiles))
-            if len(parts) > 1 or parts[0].class_index is not None:
-                out.extend(part.finish(percentiles) for part in parts)
+            out.extend(part.finish(percentiles) for part in parts)
         return tuple(out)
 
 
@@ -421,7 +432,13 @@ def _sorted(table: Mapping[tuple[str, int | None], MapAccumulator]) -> tuple[Map
 # -- driving a DataLoader -------------------------------------------------------------------
 
 
-def _default_batch_images(batch: Any) -> Mapping[str, ImageLike]:
+def batch_camera_images(batch: Any) -> Mapping[str, ImageLike]:
+    """The camera mapping of a loader batch, as the dataset functions read it by default.
+
+    A batch that is a mapping camera key -> images is returned as is; for
+    ``(images, labels, ...)`` the first item is returned. Anything else raises a
+    ``TypeError`` that says to pass ``batch_images``.
+    """
     if isinstance(batch, Mapping):
         return batch
     if isinstance(batch, list | tuple) and batch and isinstance(batch[0], Mapping):
@@ -507,7 +524,7 @@ def aggregate_attributions(
     Returns:
         The aggregate; call :meth:`AttributionAggregate.finish` for the maps.
     """
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     to_labels = batch_labels or _default_batch_labels
     aggregate = AttributionAggregate(method, bins=bins, top_k=top_k)
     pending: list[tuple[Sequence[CameraAttribution], list[int | None] | None]] = []
@@ -772,7 +789,7 @@ def camera_image_means(
     batches: Iterable[Any], *, batch_images: BatchImages | None = None
 ) -> dict[str, torch.Tensor]:
     """Per-camera mean image ``[C, H, W]`` (float64 sums, one pass, memory of one image each)."""
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     sums: dict[str, torch.Tensor] = {}
     count = 0
     for batch in batches:
@@ -803,7 +820,7 @@ def camera_reliance_over(
     (:func:`camera_image_means`), which needs a second pass: ``batches`` must then be
     re-iterable (a ``DataLoader`` or a list, not a generator).
     """
-    to_images = batch_images or _default_batch_images
+    to_images = batch_images or batch_camera_images
     to_labels = batch_labels or _default_batch_labels
     if isinstance(baseline, str) and baseline not in RELIANCE_BASELINES:
         raise ValueError(

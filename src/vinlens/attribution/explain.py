@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 NEAR_FLAT_SPREAD = DEFAULT_RELATIVE_SPAN
-"""Default of :func:`near_flat_cameras`: a map whose spread is below 1 % of the widest
-spread among the cameras explained with it is near flat."""
+"""Default of :func:`near_flat_cameras`: the relative span of
+:func:`~vinlens.attribution.flatness.map_flatness` (a map whose spread is at most this
+fraction of the widest spread among the cameras explained with it is near flat)."""
 
 ATTRIBUTION_METHODS: tuple[str, ...] = tuple(METHOD_REGISTRY)
 """Method names :func:`explain_cameras` accepts, in the order a viewer lists them
@@ -259,7 +260,10 @@ def explain_cameras(
 
     Raises:
         ValueError: Unknown method, a target camera missing from ``images``, images of
-            the wrong rank, or errors from the methods (bad layer path, bad score).
+            the wrong rank, or errors from the methods (bad layer path, bad score, an
+            output index out of range, or a
+            :class:`~vinlens.attribution.layout.LayerLayoutError` for a layer output that
+            cannot be read as ``[B, C, H, W]`` without a ``layout`` or ``reshape_transform``).
         RuntimeError: When a target layer never sees its camera or the score does not
             depend on it (see :mod:`vinlens.attribution.methods`).
     """

@@ -43,6 +43,7 @@ from vinlens.attribution.capture import (
     select_tensor_output,
     should_capture_invocation,
 )
+from vinlens.attribution.layout import layout_is_known
 from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget, VisionCaptureMode
 
 __all__ = [
@@ -397,11 +398,13 @@ def ablation_cam_with_scores(
         raise ValueError(f"channel_batch_size must be >= 1, got {channel_batch_size}.")
     module = resolve_target_module(model, target.target)
     capture = ActivationCapture(target)
-    # The unablated forward keeps its autograd history so that an unhinted layout can
-    # be decided from how the layer output was computed, as the gradient methods do.
+    # Where the layout is neither given nor fixed by the module type, the unablated
+    # forward keeps its autograd history so that it can be decided from how the layer
+    # output was computed, as the gradient methods do.
+    history = not layout_is_known(target.target.layout, target.target.reshape_transform, module)
     with ExitStack() as stack:
-        stack.enter_context(explanation_mode(model, enable_parameter_grads=True))
-        stack.enter_context(torch.enable_grad())
+        stack.enter_context(explanation_mode(model, enable_parameter_grads=history))
+        stack.enter_context(torch.enable_grad() if history else torch.no_grad())
         stack.callback(module.register_forward_hook(capture.forward_hook).remove)
         baseline = _score_tensor(score()).detach()
     with explanation_mode(model, enable_parameter_grads=False), torch.no_grad():

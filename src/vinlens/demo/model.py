@@ -29,7 +29,7 @@ below the detector threshold, so the CAM layer holds only the constant floor
 channels some 10^5 times less than the blob channel. Its raw map spans a range hundreds of
 times narrower than a planted camera's (e.g. ``slam-right`` in the tour's views, which
 plant blobs in ``rgb`` and ``slam-left``), which is what a viewer's flat-map mark
-(:func:`~vinlens.attribution.near_flat_cameras`) is for. Replacing a planted camera's
+(:func:`~vinlens.attribution.map_flatness`) is for. Replacing a planted camera's
 input by zeros drops the evidence score by about one logit, any other camera's by
 almost nothing, so camera reliance ranks the planted camera first.
 """

@@ -8,7 +8,10 @@ to the host; the tensor is never copied to the host or to a contiguous buffer.
   0 lies within [min, max] a count of non-zero bit patterns),
   no temporary the size of the tensor, one host transfer of five scalars. When
   any of them comes back non-finite (a NaN or an infinity, or a sum of squares
-  that overflows), the tensor takes the blockwise path below instead.
+  that overflows), the tensor takes the blockwise path below instead. A
+  finite tensor whose mean dominates its spread (where a one-pass variance
+  would lose it) gets its mean and sum of squared deviations from an exact
+  mask-free two-pass in float64, one bounded block at a time.
 * Other floating dtypes (float16, bfloat16, float8) and tensors holding NaN or
   infinities: the tensor is read in views of at most :data:`BLOCK_ELEMENTS`
   elements; each block's finite values are widened to float64 (a temporary of
@@ -214,8 +217,8 @@ def stored_elements(tensor: torch.Tensor) -> int:
     return _unexpanded(tensor)[0].numel()
 
 
-class _SummaryCache:
-    """Moments of tensors seen during a forward, keyed by identity and version.
+class _TensorMemo:
+    """Values computed from tensors seen during a forward, keyed by identity and version.
 
     The output of one module is usually the input of the next, and a container's
     output is its last child's: each is reduced once. A tensor modified in place
@@ -225,10 +228,9 @@ class _SummaryCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, SummaryAccumulator]] = {}
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, object]] = {}
 
-    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
-        """The cached moments of ``tensor`` (do not modify them), or None."""
+    def _get(self, tensor: torch.Tensor) -> object | None:
         if tensor.is_inference():
             return None
         entry = self._entries.get(id(tensor))
@@ -236,23 +238,58 @@ class _SummaryCache:
             return entry[2]
         return None
 
+    def _put(self, tensor: torch.Tensor, value: object) -> None:
+        if tensor.is_inference():
+            return
+        if len(self._entries) >= 4096:
+            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+        # Tensor subclasses without weak references are simply not cached.
+        with contextlib.suppress(TypeError):
+            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, value)
+
+
+class _SummaryCache(_TensorMemo):
+    """Moments of the tensors seen during a forward (see :class:`_TensorMemo`)."""
+
+    def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
+        """The cached moments of ``tensor`` (do not modify them), or None."""
+        cached = self._get(tensor)
+        return cached if isinstance(cached, SummaryAccumulator) else None
+
     def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
         """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
         cached = self.get(tensor)
         if cached is not None:
             return cached
         moments = SummaryAccumulator().update(tensor)
-        if tensor.is_inference():
-            return moments
-        if len(self._entries) >= 4096:
-            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        # Tensor subclasses without weak references are simply not cached.
-        with contextlib.suppress(TypeError):
-            self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, moments)
+        self._put(tensor, moments)
         return moments
 
     def summary(self, tensor: torch.Tensor) -> TensorSummary:
         return self.moments(tensor).finish()
+
+
+class _FiniteCache(_TensorMemo):
+    """Whether the tensors seen during a forward hold only finite values (one pass each).
+
+    A NaN or an infinity makes the sum non-finite, so a finite sum proves the
+    tensor finite with one reduction and one scalar read; only a non-finite sum
+    (a NaN, an infinity, or finite values whose sum overflows) costs the exact
+    check of the extremes, which propagate NaN and infinities.
+    """
+
+    def finite(self, tensor: torch.Tensor) -> bool:
+        cached = self._get(tensor)
+        if cached is not None:
+            return cached is True
+        source = _unexpanded(tensor.detach())[0]
+        if source.numel() == 0 or math.isfinite(source.sum().item()):
+            result = True
+        else:
+            low, high = source.amin().item(), source.amax().item()
+            result = math.isfinite(low) and math.isfinite(high)
+        self._put(tensor, result)
+        return result
 
 
 # --------------------------------------------------------------------------- computation
@@ -338,13 +375,33 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
     # (mean^2 > 63 var, a constant tensor, a single value) the exact two-pass path
     # decides instead.
     if m2 * _CONDITIONING < squares:
-        return False
+        mean, m2 = _finite_two_pass(tensor)
     acc.count += n * repeat
     acc.zeros += zeros * repeat
     acc.minimum = min(acc.minimum, low)
     acc.maximum = max(acc.maximum, high)
     acc._add_moments(n * repeat, mean, m2 * repeat)
     return True
+
+
+def _finite_two_pass(tensor: torch.Tensor) -> tuple[float, float]:
+    """Exact mean and sum of squared deviations of an all-finite tensor.
+
+    Two passes in float64 per bounded block (no masks: every value is finite),
+    merged with Chan et al.'s formula; one host transfer.
+    """
+    rows: list[torch.Tensor] = []
+    sizes: list[int] = []
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        wide = block.to(torch.float64)  # at most one block (the source itself if float64)
+        mean = wide.mean()
+        deviations = (wide - mean).reshape(-1)  # a new block: the source is never modified
+        rows.append(torch.stack([mean, torch.dot(deviations, deviations)]))
+        sizes.append(block.numel())
+    moments = SummaryAccumulator()
+    for size, (mean_b, m2_b) in zip(sizes, torch.stack(rows).tolist(), strict=True):
+        moments._add_moments(size, mean_b, m2_b)
+    return moments.mean, moments.m2
 
 
 def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
@@ -365,15 +422,15 @@ _NEGATIVE_ZERO_BITS = {torch.float32: -(2**31), torch.float64: -(2**63)}
 def _count_zeros(tensor: torch.Tensor) -> int:
     """Exact count of zeros (both signs) with reductions only, no full-size mask."""
     bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
-    zeros = tensor.numel() - int(torch.count_nonzero(bits).item())
-    if int(bits.amin().item()) == _NEGATIVE_ZERO_BITS[tensor.dtype]:
-        # Rare -0.0 values: counted exactly, one bounded block at a time.
-        negative = sum(
-            int(((block == 0) & (block.view(bits.dtype) != 0)).sum().item())
-            for block in _blocks(tensor, BLOCK_ELEMENTS)
-        )
-        zeros += negative
-    return zeros
+    if int(bits.amin().item()) != _NEGATIVE_ZERO_BITS[tensor.dtype]:
+        return tensor.numel() - int(torch.count_nonzero(bits).item())
+    # -0.0 is common (hardswish and SiLU of negative values give it): |x| clears the sign
+    # bit, so the bit count of one bounded block of absolute values counts both zeros.
+    nonzero = 0
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        magnitudes = torch.abs(block).view(bits.dtype)
+        nonzero += int(torch.count_nonzero(magnitudes).item())
+    return tensor.numel() - nonzero
 
 
 def _blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:

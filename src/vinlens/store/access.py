@@ -474,9 +474,9 @@ def _with_defaults(protocol: str, storage_options: Mapping[str, Any] | None) -> 
     """The caller's storage options over this module's defaults for the protocol."""
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
-        # botocore normalises the nested retries dict in place: hand it copies, never ours.
+        # Deep copies: botocore rewrites the ``retries`` dict it is given in place.
         defaults = copy.deepcopy(DEFAULT_S3_OPTIONS)
-        config = {**defaults["config_kwargs"], **options.get("config_kwargs", {})}
+        config = {**defaults["config_kwargs"], **copy.deepcopy(options.get("config_kwargs", {}))}
         options = {**defaults, **options, "config_kwargs": config}
     return options
 

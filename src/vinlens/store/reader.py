@@ -755,10 +755,12 @@ class VinOfflineStoreReader:
     def _check_chunk_file(
         self, rel: str, size: int | None, block: _ZarrBlock, rows: tuple[int, int]
     ) -> None:
-        """Refuse a chunk file that is not a regular file of ``size`` bytes (any size if None).
+        """Refuse a directory, or a chunk that is not exactly ``size`` bytes (raw layouts).
 
-        Decided from ``stat`` alone, before anything is opened: a FIFO would block an open,
-        and a device (``/dev/zero``, ``/dev/urandom``) has size 0 but endless bytes.
+        Decided from ``stat`` alone, before anything is opened: a device (``/dev/zero``,
+        ``/dev/urandom``) or FIFO has size 0, never a raw chunk's size. Encoded chunks
+        (``size`` None) are opened by zarr through the access layer's store, which refuses
+        FIFOs and devices by name without blocking.
         """
         try:
             st = self.access.stat(rel)
@@ -778,12 +780,6 @@ class VinOfflineStoreReader:
                 path=self.access.describe(rel),
                 expected=f"{size} bytes (raw {block.spec.dtype}, chunk shape "
                 f"{list(block.meta.chunk_shape)})",
-            )
-        if size is None and st.size == 0:
-            raise CorruptChunkError(
-                f"cannot decode rows {rows[0]}:{rows[1]}: chunk file is empty or not a regular file",
-                path=self.access.describe(rel),
-                expected="encoded chunk bytes",
             )
 
     def read_window(self, shard_id: str, name: str, start: int, stop: int) -> RowWindow:

@@ -48,6 +48,7 @@ from vinlens.attribution import (
     ImageLike,
     MapFlatness,
     VisionCaptureMode,
+    batch_camera_images,
     camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
@@ -157,6 +158,8 @@ class AttributionViewerWidget(BrowserSafeState):
     dataset_task = traitlets.Dict().tag(sync=True)
     sample_index = traitlets.Int(0).tag(sync=True)
     aggregate_stat = traitlets.Unicode("mean").tag(sync=True)
+    # "all" or a class index as a string: which class's aggregate maps the dataset view shows.
+    aggregate_class = traitlets.Unicode("all").tag(sync=True)
 
     def __init__(
         self,
@@ -201,6 +204,7 @@ class AttributionViewerWidget(BrowserSafeState):
         # the engine's folded statistics, and what the last pass was given.
         self._kept: list[tuple[str, dict[str, torch.Tensor]]] = []
         self._map_statistics: tuple[CameraMapStatistics, ...] = ()
+        self._class_statistics: tuple[CameraMapStatistics, ...] = ()
         self._reliance: tuple[CameraRelianceStatistics, ...] = ()
         self._dataset_source: dict[str, Any] | None = None
         self._python_targets: dict[str, CameraExplanationTarget] | None = None
@@ -222,7 +226,7 @@ class AttributionViewerWidget(BrowserSafeState):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
-        layers = _layer_options(model, self._inputs, forward)
+        layers, probe_note = _layer_options(model, self._inputs, forward)
         super().__init__(
             camera_keys=keys,
             images=_images_payload(self._inputs),
@@ -243,6 +247,8 @@ class AttributionViewerWidget(BrowserSafeState):
             view=_check_choice("view", view, ("grid", "single")),
             focused_camera=keys[0],
         )
+        if probe_note:
+            self._report_error("", probe_note)
         if isinstance(layer, str):
             try:  # fail at construction, not at the first click
                 self._targets_for(layer, mode)
@@ -289,6 +295,11 @@ class AttributionViewerWidget(BrowserSafeState):
         value = proposal["value"]
         stats = [s["value"] for s in self.dataset.get("stats", [])] or ["mean"]
         return _check_trait("aggregate_stat", value, stats)
+
+    @traitlets.validate("aggregate_class")
+    def _valid_aggregate_class(self, proposal: Any) -> str:
+        classes = [c["value"] for c in self.dataset.get("classes", [])] or ["all"]
+        return _check_trait("aggregate_class", proposal["value"], classes)
 
     @traitlets.validate("opacity")
     def _valid_opacity(self, proposal: Any) -> float:
@@ -447,6 +458,11 @@ class AttributionViewerWidget(BrowserSafeState):
         return self._map_statistics
 
     @property
+    def class_map_statistics(self) -> tuple[CameraMapStatistics, ...]:
+        """The engine's per-camera map statistics of each class of the last dataset pass."""
+        return self._class_statistics
+
+    @property
     def reliance(self) -> tuple[CameraRelianceStatistics, ...]:
         """The engine's camera reliance of the last dataset pass, largest mean drop first."""
         return self._reliance
@@ -537,10 +553,9 @@ class AttributionViewerWidget(BrowserSafeState):
         if aggregate is None or reliance is None:
             raise CommandError("the loader gave no batches; nothing to aggregate.")
 
-        statistics = tuple(
-            s for s in aggregate.finish(source["percentiles"]) if s.class_index is None
-        )
-        self._map_statistics = statistics
+        statistics = aggregate.finish(source["percentiles"])
+        self._map_statistics = tuple(s for s in statistics if s.class_index is None)
+        self._class_statistics = tuple(s for s in statistics if s.class_index is not None)
         self._reliance = reliance.finish()
         self._kept = kept
         payload = _dataset_payload(
@@ -562,6 +577,8 @@ class AttributionViewerWidget(BrowserSafeState):
             stats = [s["value"] for s in payload["stats"]]
             if self.aggregate_stat not in stats:
                 self.aggregate_stat = stats[0]
+            if self.aggregate_class not in [c["value"] for c in payload["classes"]]:
+                self.aggregate_class = "all"
         self._explain_now({"sample": 0}, ctx)
         return {"samples": aggregate.samples, "batches": batches}
 
@@ -795,9 +812,7 @@ def _keep_samples(
     room = source["keep_samples"] - len(kept)
     if room <= 0:
         return
-    from vinlens.attribution.aggregate import _default_batch_images
-
-    to_images = source["batch_images"] or _default_batch_images
+    to_images = source["batch_images"] or batch_camera_images
     images = camera_image_batches(to_images(batch))
     size = next(iter(images.values())).shape[0]
     for i in range(min(room, size)):
@@ -818,21 +833,77 @@ def _dataset_payload(
     layer: str,
     camera_keys: list[str],
 ) -> dict[str, Any]:
-    """The dataset view's payload: engine statistics as maps, flatness and reliance rows."""
-    by_camera = {s.camera_key: s for s in statistics}
+    """The dataset view's payload: engine statistics as maps, flatness and reliance rows.
+
+    ``statistics`` is everything the engine finished: the all-classes records
+    (``class_index=None``) fill ``aggregates``, each class's fill ``class_aggregates``
+    under its index as a string, and ``concentration`` holds, per class choice and
+    camera, the most and least concentrated samples. A kept sample's index on the slider
+    is its sample id: both count samples in loader order from the first batch.
+    """
+    groups: dict[int | None, list[CameraMapStatistics]] = {}
+    for statistic in statistics:
+        groups.setdefault(statistic.class_index, []).append(statistic)
+    overall = groups.get(None, [])
     stats: list[dict[str, str]] = [{"value": "mean", "label": "mean map (raw)"}]
+    for statistic in overall[:1]:
+        for p in statistic.percentile_maps:
+            stats.append({"value": f"p{p:g}", "label": f"{p:g}th percentile (normalised maps)"})
+    classes = [{"value": "all", "label": f"all classes ({samples})"}]
+    class_aggregates: dict[str, dict[str, dict[str, Any]]] = {}
+    concentration: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
+        "all": _concentration_rows(overall, camera_keys, len(kept))
+    }
+    for index in sorted(c for c in groups if c is not None):
+        members = groups[index]
+        classes.append({"value": str(index), "label": f"class {index} ({members[0].count})"})
+        class_aggregates[str(index)] = _aggregate_maps(members, camera_keys)
+        concentration[str(index)] = _concentration_rows(members, camera_keys, len(kept))
+    by_key = {r.camera_key: r for r in reliance}
+    drops = {key: r.mean_drop for key, r in by_key.items()}
+    positive = sum(max(d, 0.0) for d in drops.values() if math.isfinite(d))
+    rows = [
+        {
+            "camera": key,
+            "drop": drops[key],
+            "std": by_key[key].std_drop,
+            "share": max(drops[key], 0.0) / positive if positive > 0 else 0.0,
+        }
+        for key in camera_keys
+        if key in drops
+    ]
+    payload: dict[str, Any] = to_jsonable(
+        {
+            "samples": samples,
+            "batches": batches,
+            "kept": [label for label, _ in kept],
+            "baseline": baseline,
+            "score_label": score_label,
+            "method_label": method_label,
+            "layer": layer,
+            "stats": stats,
+            "aggregates": _aggregate_maps(overall, camera_keys),
+            "classes": classes,
+            "class_aggregates": class_aggregates,
+            "concentration": concentration,
+            "reliance": rows,
+        }
+    )
+    return payload
+
+
+def _aggregate_maps(
+    statistics: Sequence[CameraMapStatistics], camera_keys: list[str]
+) -> dict[str, dict[str, Any]]:
+    """stat -> camera -> map with its range and flatness, judged across the cameras."""
+    by_camera = {s.camera_key: s for s in statistics}
     maps: dict[str, dict[str, np.ndarray]] = {"mean": {}}
     for key in camera_keys:
-        if key in by_camera:
-            maps["mean"][key] = np.asarray(by_camera[key].mean_map, dtype=np.float32)
-    for statistic in statistics[:1]:
-        for p in statistic.percentile_maps:
-            value = f"p{p:g}"
-            stats.append({"value": value, "label": f"{p:g}th percentile (normalised maps)"})
-            maps[value] = {}
-    for key, statistic in by_camera.items():
-        for p, values in statistic.percentile_maps.items():
-            maps[f"p{p:g}"][key] = np.asarray(values, dtype=np.float32)
+        if key not in by_camera:
+            continue
+        maps["mean"][key] = np.asarray(by_camera[key].mean_map, dtype=np.float32)
+        for p, values in by_camera[key].percentile_maps.items():
+            maps.setdefault(f"p{p:g}", {})[key] = np.asarray(values, dtype=np.float32)
     aggregates: dict[str, dict[str, Any]] = {}
     for stat, per_camera in maps.items():
         ranges = {k: _finite_range(v) for k, v in per_camera.items()}
@@ -850,32 +921,33 @@ def _dataset_payload(
             }
             for key, values in per_camera.items()
         }
-    drops = {r.camera_key: r.mean_drop for r in reliance}
-    positive = sum(max(d, 0.0) for d in drops.values() if math.isfinite(d))
-    rows = [
-        {
-            "camera": key,
-            "drop": drops[key],
-            "share": max(drops[key], 0.0) / positive if positive > 0 else 0.0,
+    return aggregates
+
+
+def _concentration_rows(
+    statistics: Sequence[CameraMapStatistics], camera_keys: list[str], kept: int
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """camera -> "most" / "least" -> the engine's samples, each with its slider index or None."""
+    by_camera = {s.camera_key: s for s in statistics}
+    return {
+        key: {
+            which: [
+                {
+                    "sample_id": sample.sample_id,
+                    "concentration": sample.concentration,
+                    "kept_index": sample.sample_id if 0 <= sample.sample_id < kept else None,
+                    "map": np.asarray(sample.raw_map, dtype=np.float32),
+                }
+                for sample in samples
+            ]
+            for which, samples in (
+                ("most", by_camera[key].most_concentrated),
+                ("least", by_camera[key].least_concentrated),
+            )
         }
         for key in camera_keys
-        if key in drops
-    ]
-    payload: dict[str, Any] = to_jsonable(
-        {
-            "samples": samples,
-            "batches": batches,
-            "kept": [label for label, _ in kept],
-            "baseline": baseline,
-            "score_label": score_label,
-            "method_label": method_label,
-            "layer": layer,
-            "stats": stats,
-            "aggregates": aggregates,
-            "reliance": rows,
-        }
-    )
-    return payload
+        if key in by_camera
+    }
 
 
 def _finite_range(values: np.ndarray) -> tuple[float, float]:
@@ -973,20 +1045,33 @@ def _layer_options(
     model: nn.Module,
     inputs: Mapping[str, torch.Tensor],
     forward: Forward | None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], str]:
     """Every layer choice with the capture modes it can be read in, in module order.
 
     The engine runs one probe forward on the viewer's images, so a mode is offered for a
-    layer only when the layer really runs that way (once per camera, stacked, ...).
+    layer only when the layer really runs that way (once per camera, stacked, ...). When
+    that forward fails, the structural choices are offered and the second item says why,
+    so the viewer still opens and shows the model's error.
     """
+    keys = list(inputs)
+    note = ""
+    try:
+        found = layer_choices(model, keys, images=inputs, forward=forward)
+    except Exception as exc:  # the user's model: anything may come out of its forward
+        found = layer_choices(model, keys)
+        note = (
+            "could not run the model once on these images to find which capture modes each "
+            f"layer can be read in ({type(exc).__name__}: {exc}); every structurally "
+            "possible mode is offered."
+        )
     by_path: dict[str, dict[str, Any]] = {}
-    for mode, choices in layer_choices(model, list(inputs), images=inputs, forward=forward).items():
+    for mode, choices in found.items():
         for choice in choices:
             entry = by_path.setdefault(
                 choice.path, {"path": choice.path, "type": choice.module_type, "modes": []}
             )
             entry["modes"].append(mode)
-    return list(by_path.values())
+    return list(by_path.values()), note
 
 
 def _targets_by_camera(

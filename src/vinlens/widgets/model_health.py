@@ -31,7 +31,7 @@ import traitlets
 from torch import nn
 
 from vinlens.model_inspection import TensorSummary
-from vinlens.widgets._base import CommandContext, CommandError, command, widget_asset
+from vinlens.widgets._base import CommandContext, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table, to_jsonable
 from vinlens.widgets._selection import ModuleSelection
 from vinlens.widgets.module_table import ModuleTableState, _inspect
@@ -79,6 +79,23 @@ def health_payload(
     fields, ``calls`` (calls compared), ``origin`` (1 for the NaN origin) and
     ``reached`` (1 for modules the non-finite values reached after it).
     """
+    columns, unknown, origin_info = _health_columns(metadata, stats=stats, diff=diff, origin=origin)
+    divergent = None if diff is None else diff.first_divergent_path()
+    return {
+        "mode": "diff" if diff is not None else "stats" if stats is not None else "empty",
+        "table": encode_table(columns),
+        "origin": origin_info,
+        "first_divergent": divergent,
+        "unknown_paths": sorted(set(unknown)),
+        "unpaired_paths": [] if diff is None else list(diff.unpaired_paths),
+        "batches": None if stats is None else int(stats.batches),
+    }
+
+
+def _health_columns(
+    metadata: Any, *, stats: Any, diff: Any, origin: Any
+) -> tuple[dict[str, np.ndarray], list[str], dict[str, Any] | None]:
+    """The health table's columns, the record paths that are no module row, the origin."""
     paths = [m.path for m in metadata.modules]
     index = {path: i for i, path in enumerate(paths)}
     n = len(paths)
@@ -135,19 +152,10 @@ def health_payload(
         **summary_columns(summaries["b"], "b"),
         **columns,
     }
-    divergent = None if diff is None else diff.first_divergent_path()
-    return {
-        "mode": "diff" if diff is not None else "stats" if stats is not None else "empty",
-        "table": encode_table(columns),
-        "origin": origin_info,
-        "first_divergent": divergent,
-        "unknown_paths": sorted(set(unknown)),
-        "unpaired_paths": [] if diff is None else list(diff.unpaired_paths),
-        "batches": None if stats is None else int(stats.batches),
-    }
+    return columns, unknown, origin_info
 
 
-class ModelHealthWidget(ModuleTableState):
+class ModelHealthWidget(ModuleTableState, TableExport):
     """The modules of ``model`` with their activation statistics, the NaN origin and A/B drift.
 
     Args:
@@ -161,6 +169,9 @@ class ModelHealthWidget(ModuleTableState):
         selection: a :class:`~vinlens.widgets.ModuleSelection` shared with other widgets.
         analyze: analyze at once (in the constructing cell) when ``run`` is given and no
             record was passed.
+
+    ``to_rows()`` / ``to_dataframe()`` / ``export(path)`` give the summary table shown: one
+    row per module, its path and type, then the health columns.
 
     The Analyze button runs on the widget's worker thread (the notebook stays responsive
     and shows progress); the engines hook model A (and B) until it finishes, so leave
@@ -237,6 +248,20 @@ class ModelHealthWidget(ModuleTableState):
         payload = health_payload(self._metadata, stats=stats, diff=diff, origin=origin)
         self._stats, self._diff, self._origin = stats, diff, origin
         self.health = payload
+
+    def _export_records(self) -> list[dict[str, Any]]:
+        """One dict per module row: path, type, then the health columns (as sent)."""
+        columns, _, _ = _health_columns(
+            self._metadata, stats=self._stats, diff=self._diff, origin=self._origin
+        )
+        return [
+            {
+                "path": module.path,
+                "module_type": module.module_type,
+                **{name: values[row].item() for name, values in columns.items()},
+            }
+            for row, module in enumerate(self._metadata.modules)
+        ]
 
     # -- analysis --------------------------------------------------------------------------
     def analyze(self) -> dict[str, Any]:

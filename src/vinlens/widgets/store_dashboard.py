@@ -122,7 +122,7 @@ def _float_array(values: Sequence[float] | np.ndarray, dtype: type[np.floating[A
 
 def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
     """(rri, component) arrays of one component's identity-aligned ``(rri, value)`` pairs."""
-    if any(len(pair) != 2 for pair in pairs):
+    if not set(map(len, pairs)) <= {2}:
         raise ValueError("RRI pairs must be (rri, value) tuples")
     flat = itertools.chain.from_iterable(pairs)
     arr = np.fromiter(flat, dtype=np.float64, count=2 * len(pairs)).reshape(-1, 2)

@@ -4,7 +4,7 @@ The coordinator opens the store once (manifest, sample index, generation), choos
 rows, and cuts the shards into tasks of consecutive shards. A task is plain data (the
 store config, the request, the shard plans), so it pickles to any
 ``concurrent.futures.Executor``; a worker reopens the store through the reader (one
-reader per process and request, reused across its tasks), checks that it sees the
+reader per worker thread and request, reused across its tasks), checks that it sees the
 request's generation, and returns the partial of its shards. Partials are folded in
 manifest shard order; the fold is exact and associative, so the record is equal (``==``)
 with or without an executor, on any number of workers.
@@ -88,35 +88,80 @@ class ShardTask:
 # Workers
 # --------------------------------------------------------------------------------------
 
-# One reader per worker thread (a process pool's worker has one thread): it parses the
-# sample index once per request and is never closed under a task still using it.
-_worker = threading.local()
+
+# One reader per worker thread and request: it parses the sample index once per request,
+# not once per task. In a process pool the worker's reader lives until the next request;
+# readers opened by threads of the coordinating process (a thread pool) are released when
+# the request's fold ends, so no thread keeps a store open after the call.
+class _CachedReader:
+    __slots__ = ("busy", "reader", "released")
+
+    def __init__(self, reader: VinOfflineStoreReader) -> None:
+        self.reader = reader
+        self.busy = True
+        self.released = False
 
 
-def _reader_for(task: ShardTask) -> VinOfflineStoreReader:
-    """This thread's reader for the task's request (opened once per thread and request)."""
-    key = task.request.digest()
-    cached: tuple[str, VinOfflineStoreReader] | None = getattr(_worker, "reader", None)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    if cached is not None:
-        cached[1].close()
-        _worker.reader = None
+_readers_lock = threading.Lock()
+_readers: dict[tuple[int, str], _CachedReader] = {}
+
+
+def _acquire_reader(task: ShardTask) -> _CachedReader:
+    """This thread's reader for the task's request, marked busy (opened once per request)."""
+    thread = threading.get_ident()
+    key = (thread, task.request.digest())
+    stale: list[_CachedReader] = []
+    with _readers_lock:
+        entry = _readers.get(key)
+        if entry is not None:
+            entry.busy = True
+            return entry
+        for other in [k for k in _readers if k[0] == thread]:
+            stale.append(_readers.pop(other))
+    for old in stale:
+        old.reader.close()
     reader = VinOfflineStoreReader(task.config)
     if reader.generation != task.request.generation:
         reader.close()
         raise _replaced(task.request, "while it was being read (seen by a worker)")
-    _worker.reader = (key, reader)
-    return reader
+    entry = _CachedReader(reader)
+    with _readers_lock:
+        _readers[key] = entry
+    return entry
+
+
+def _release_task_reader(entry: _CachedReader) -> None:
+    with _readers_lock:
+        entry.busy = False
+        close = entry.released
+    if close:
+        entry.reader.close()
+
+
+def release_worker_readers(request: VinOfflineDatasetStatsRequest) -> None:
+    """Close this process's cached readers of ``request`` (a busy one when its task ends)."""
+    digest = request.digest()
+    idle: list[_CachedReader] = []
+    with _readers_lock:
+        for key in [k for k in _readers if k[1] == digest]:
+            entry = _readers.pop(key)
+            entry.released = True
+            if not entry.busy:
+                idle.append(entry)
+    for entry in idle:
+        entry.reader.close()
 
 
 def run_shard_task(task: ShardTask) -> StatsPartial:
     """The partial of a task's shards (what an executor runs; see :class:`ShardTask`)."""
-    reader = _reader_for(task)
-    partial: StatsPartial | None = None
-    for plan in task.plans:
-        part = scan_shard(reader, plan)
-        partial = part if partial is None else partial.merge(part)
+    entry = _acquire_reader(task)
+    try:
+        partial: StatsPartial | None = None
+        for plan in task.plans:
+            part = scan_shard(entry.reader, plan)
+            partial = part if partial is None else partial.merge(part)
+    finally:
+        _release_task_reader(entry)
     return partial if partial is not None else StatsPartial()
 
 
@@ -500,9 +545,12 @@ def inspect_vin_offline_dataset_stats_with_progress(
             if executor is None:
                 partial = _fold_in_process(reader, plans, progress_cb)
             else:
-                partial = _fold_on_executor(
-                    executor, _tasks(reader, config, request, plans), progress_cb
-                )
+                try:
+                    partial = _fold_on_executor(
+                        executor, _tasks(reader, config, request, plans), progress_cb
+                    )
+                finally:
+                    release_worker_readers(request)
             result = build_stats_record(reader, partial, request)
         except VinOfflineStoreReplacedError:
             raise
