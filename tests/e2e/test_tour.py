@@ -22,6 +22,14 @@ WIDGETS = {
     "store-dashboard": ".vl-sd",
     "coverage-heatmap": ".vl-cov",
     "attribution-viewer": ".vl-av",
+    "model-health": ".vl-model-health",
+}
+
+# Screenshots of a later widget of a kind, by its index among the tour's widgets of that kind.
+LATER_WIDGETS = {
+    "model-drift": (".vl-model-health", 1),
+    # The dataset part alone: the whole viewer is taller than the browser window.
+    "attribution-dataset": (".vl-av-dataset:not([hidden])", 0),
 }
 
 
@@ -49,11 +57,18 @@ def test_tour_renders_every_widget(lab):
                   .map(e => e.innerText).filter(t => /Error|Traceback/.test(t))"""
     )
     assert outputs_with_errors == []
-    assert page.locator(".vl-av").count() == 2
+    assert page.locator(".vl-av").count() == 3
+    assert page.locator(".vl-model-health").count() == 2
+    # The dataset pass ran in its cell: the third viewer shows its camera reliance bars.
+    page.wait_for_selector(".vl-av >> nth=2 >> .vl-av-dataset:not([hidden])", timeout=120_000)
 
     shots = {}
     for name, selector in WIDGETS.items():
         widget = page.locator(selector).first
+        widget.scroll_into_view_if_needed()
+        shots[name] = lab.screenshot(f"tour-{name}", widget)
+    for name, (selector, index) in LATER_WIDGETS.items():
+        widget = page.locator(selector).nth(index)
         widget.scroll_into_view_if_needed()
         shots[name] = lab.screenshot(f"tour-{name}", widget)
     if os.environ.get("VINLENS_UPDATE_DOCS_IMAGES") == "1":

@@ -131,6 +131,79 @@ TOUR: list[_Cell] = [
         "AttributionViewerWidget(shared, views, target_class=EVIDENCE_CLASS,\n"
         "                        layer='encoder.conv3', capture_mode='stacked_camera_batch')",
     ),
+    (
+        "md",
+        "## 7. Where did the NaN come from?\n\n"
+        "A copy of the model gets one NaN weight in the left SLAM camera's `conv2`. "
+        "`ModelHealthWidget` runs one forward, shows every module's activation statistics and "
+        "highlights the first module whose finite inputs gave a non-finite output (the origin), "
+        "and the modules the NaN reached after it. The same records come from "
+        "`vinlens.health.find_nonfinite_origin` and `collect_activation_stats` in scripts.",
+    ),
+    (
+        "code",
+        "import copy\n"
+        "from vinlens.widgets import ModelHealthWidget\n\n"
+        "broken = copy.deepcopy(model)\n"
+        "with torch.no_grad():\n"
+        "    broken.get_submodule('encoders.slam-left.conv2').weight[0, 0, 0, 0] = float('nan')\n"
+        "health = ModelHealthWidget(broken, lambda m: m(images))\n"
+        "print('NaN origin:', health.origin.module_path)\n"
+        "health",
+    ),
+    (
+        "md",
+        "## 8. What changed between two checkpoints?\n\n"
+        "With `model_b` the health view is in diff mode: both models run the same input in "
+        "lockstep (`vinlens.health.compare_models`) and each module gets a drift bar "
+        "(relative L2, max |diff|, cosine). Here the RGB camera's `conv2` of the copy is scaled by "
+        "1.1, so the drift starts there. A `ModuleSelection` shared with a module table keeps "
+        "both views on the same modules: pick rows in either one.",
+    ),
+    (
+        "code",
+        "from vinlens.widgets import ModuleSelection\n\n"
+        "tuned = copy.deepcopy(model)\n"
+        "with torch.no_grad():\n"
+        "    tuned.get_submodule('encoders.rgb.conv2').weight.mul_(1.1)\n"
+        "selection = ModuleSelection()\n"
+        "drift = ModelHealthWidget(model, lambda m: m(images), model_b=tuned, selection=selection)\n"
+        "linked_table = ModuleTableWidget(model, selection=selection)\n"
+        "selection.paths = [drift.diff.first_divergent_path()]  # shows in both widgets\n"
+        "display(drift, linked_table)",
+    ),
+    (
+        "md",
+        "## 9. Which camera does the model rely on, over a data slice?\n\n"
+        "`explain_dataset` streams a `DataLoader` through the viewer's method and layer: "
+        "the mean (and percentile) attribution maps per camera, a slider over the first samples, "
+        "and camera reliance bars (how much the target score drops when one camera's input "
+        "is replaced by a baseline). Here the evidence is planted in the RGB camera only.",
+    ),
+    (
+        "code",
+        "from torch.utils.data import DataLoader\n\n"
+        "batches = [make_camera_images(batch_size=4, seed=s, evidence={'rgb': (30, 62)}) for s in range(4)]\n"
+        "slice_viewer = AttributionViewerWidget(model, views, target_class=EVIDENCE_CLASS,\n"
+        "                                       layer='encoders.{camera}.conv3', capture_mode='dedicated_layer')\n"
+        "slice_viewer.explain_dataset(DataLoader(batches, batch_size=None), keep_samples=8)\n"
+        "slice_viewer",
+    ),
+    (
+        "md",
+        "## 10. The store behind a URL, statistics in other processes\n\n"
+        "Stores open from any fsspec URL (`file://`, `memory://`, `s3://bucket/store` with "
+        "`storage_options={...}` for credentials or an endpoint; `pip install 'vinlens[s3]'`). "
+        "`executor=` takes any `concurrent.futures.Executor` for the statistics: a process pool "
+        "here, or a Dask cluster's `distributed.Client(...).get_executor()` "
+        "(`pip install 'vinlens[dask]'`).",
+    ),
+    (
+        "code",
+        "from concurrent.futures import ProcessPoolExecutor\n\n"
+        "pool = ProcessPoolExecutor(2)\n"
+        "StoreDashboardWidget('file://' + str(demo.store_dir), executor=pool)",
+    ),
 ]
 
 MODEL_INSPECTION: list[_Cell] = [
