@@ -565,3 +565,18 @@ def test_a_model_class_with_its_own_named_modules_is_walked_every_time() -> None
     with capture_model(model) as capture:
         model(x)
     assert {s.module_path for s in capture.snapshots} == {"<root>", "0"}
+
+
+def test_the_reused_walk_keeps_no_model_or_module_alive() -> None:
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU()))
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        with capture_model(model):
+            model(x)
+    refs = [weakref.ref(module) for module in model.modules()]
+    del model
+    gc.collect()
+    assert all(ref() is None for ref in refs)
