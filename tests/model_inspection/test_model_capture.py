@@ -536,8 +536,10 @@ def test_a_model_edited_between_captures_is_walked_again() -> None:
     assert paths() == {"<root>", "0", "1", "2"}
     model[1] = nn.Sequential(nn.ReLU())  # a child replaced by a container
     assert paths() == {"<root>", "0", "1", "1.0", "2"}
-    model[1][0] = nn.Identity()  # a grandchild replaced: same names, new module
-    identity = model[1][0]
+    inner = model[1]
+    assert isinstance(inner, nn.Sequential)
+    inner[0] = nn.Identity()  # a grandchild replaced: same names, new module
+    identity = inner[0]
     with capture_model(model) as capture:
         model(x)
     assert any(s.module_path == "1.0" for s in capture.snapshots)
