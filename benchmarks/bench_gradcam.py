@@ -10,25 +10,14 @@ the median of the repeats is compared, because this machine is shared and noisy.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 
+from _attr_timing import interleaved_medians, verdict
 from vinlens.attribution import CameraExplanationTarget, VisionCaptureMode, grad_cam
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 
 TARGET_RATIO = 1.2
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -57,21 +46,14 @@ def main() -> int:
             cam: torch.Tensor = grad_cam(model, target, score)
             return cam
 
-        plain_step()
-        explain()  # warm-up
-        plain_times, cam_times = [], []
-        for _ in range(rounds):  # interleave so drifting load hits both sides alike
-            plain_times.append(median_seconds(plain_step, repeats))
-            cam_times.append(median_seconds(explain, repeats))
-        plain_s, cam_s = statistics.median(plain_times), statistics.median(cam_times)
+        plain_s, cam_s = interleaved_medians(plain_step, explain, rounds=rounds, repeats=repeats)
         ratio = cam_s / plain_s
         worst = max(worst, ratio)
         print(
             f"{mode.value:22s} batch={batch}  forward+backward {plain_s * 1e3:7.2f} ms  "
             f"grad_cam({target.camera_key}) {cam_s * 1e3:7.2f} ms  ratio {ratio:.2f}"
         )
-    verdict = "meets" if worst <= TARGET_RATIO else "MISSES"
-    print(f"worst ratio {worst:.2f} ({verdict} target <= {TARGET_RATIO})")
+    print(verdict(worst, TARGET_RATIO))
     return 0
 
 

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -186,6 +187,9 @@ def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_pa
                 url = match.groups()
         assert url, "vinlens demo printed no URL with a token"
         base, token = url
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.extend(proc.stdout or ()), daemon=True)
+        reader.start()
         for _ in range(600):
             try:
                 with urllib.request.urlopen(
@@ -211,9 +215,17 @@ def test_vinlens_demo_serves_lab_on_loopback_with_a_token(demo_dir: Path, tmp_pa
         environ = Path(f"/proc/{proc.pid}/environ")
         assert f"JUPYTER_TOKEN={token}".encode() in environ.read_bytes().split(b"\0")
         assert environ.stat().st_mode & 0o077 == 0
+        # Loading the page runs Lab's own checks (node helpers among them): nothing fails.
+        with urllib.request.urlopen(
+            f"{base}/lab/tree/{TOUR_NOTEBOOK}?token={token}", timeout=60
+        ) as r:
+            assert r.status == 200
     finally:
         proc.terminate()
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
+    reader.join(10)
+    problems = [line for line in rest if re.search(r"Traceback|Error\b|\[E ", line)]
+    assert problems == [], "".join(rest)

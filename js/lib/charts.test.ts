@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { barChartSvg, binValues, histogramFromBins, histogramSvg, niceTicks, scatterPlot } from "./charts";
+import { barChartSvg, binValues, histogramFromBins, histogramSvg, logCountTicks, niceTicks, scatterPlot } from "./charts";
 
 describe("binning", () => {
   it("puts every finite value in exactly one bin, the maximum in the last", () => {
@@ -66,3 +66,25 @@ describe("svg charts", () => {
     plot.dispose();
   });
 });
+
+describe("log count axis", () => {
+  it("reads counts at their log positions, and says so in the label", () => {
+    expect(logCountTicks(0)).toEqual([0, 1]);
+    expect(logCountTicks(250)).toEqual([0, 1, 10, 100]);
+    expect(logCountTicks(5_000_000).length).toBeLessThanOrEqual(5);
+    const hist = histogramFromBins([0, 1, 2, 3], [1, 50, 250]);
+    const svgEl = histogramSvg(hist, { logY: true, width: 300, height: 170 });
+    const yTicks = [...svgEl.querySelectorAll('text.vl-chart-tick[text-anchor="end"]')];
+    expect(yTicks.map((t) => t.textContent)).toEqual(["0", "1", "10", "100"]);
+    // The tick that reads 100 sits where a bar of count 100 would end.
+    const ys = yTicks.map((t) => Number(t.getAttribute("y")) - 3);
+    const bars = [...svgEl.querySelectorAll("rect.vl-chart-bar")];
+    const top = (i: number) => Number(bars[i].getAttribute("y"));
+    const bottom = ys[0];
+    const at = (c: number) => bottom - ((bottom - ys[3]) * Math.log10(c + 1)) / Math.log10(101);
+    expect(top(1)).toBeCloseTo(at(50), 6);
+    expect(svgEl.textContent).toContain("count (log scale)");
+    expect(svgEl.textContent).not.toContain("log10");
+  });
+});
+

@@ -138,7 +138,8 @@ function tickLabel(v: number): string {
 
 function axes(
   root: SVGSVGElement, w: number, h: number,
-  x: { min: number; max: number; ticks: number[] }, y: { min: number; max: number; ticks: number[] },
+  x: { min: number; max: number; ticks: number[] },
+  y: { min: number; max: number; ticks: number[]; labels?: string[] },
   opts: ChartOptions,
 ): { sx: (v: number) => number; sy: (v: number) => number } {
   const pw = w - MARGIN.left - MARGIN.right;
@@ -153,11 +154,11 @@ function axes(
     g.append(svg("line", { x1: px, x2: px, y1: MARGIN.top + ph, y2: MARGIN.top + ph + 3, class: "vl-chart-axis" }));
     g.append(svg("text", { x: px, y: MARGIN.top + ph + 13, "text-anchor": "middle", class: "vl-chart-tick" }, tickLabel(t)));
   }
-  for (const t of y.ticks) {
+  y.ticks.forEach((t, i) => {
     const py = sy(t);
     g.append(svg("line", { x1: MARGIN.left - 3, x2: MARGIN.left + pw, y1: py, y2: py, class: "vl-chart-grid" }));
-    g.append(svg("text", { x: MARGIN.left - 5, y: py + 3, "text-anchor": "end", class: "vl-chart-tick" }, tickLabel(t)));
-  }
+    g.append(svg("text", { x: MARGIN.left - 5, y: py + 3, "text-anchor": "end", class: "vl-chart-tick" }, y.labels?.[i] ?? tickLabel(t)));
+  });
   if (opts.xLabel) {
     g.append(svg("text", { x: MARGIN.left + pw / 2, y: h - 3, "text-anchor": "middle", class: "vl-chart-label" }, opts.xLabel));
   }
@@ -169,6 +170,14 @@ function axes(
   }
   root.append(g);
   return { sx, sy };
+}
+
+/** Counts for the ticks of a log count axis: 0, 1, 10, 100, ... up to `maxCount` (at most 5). */
+export function logCountTicks(maxCount: number): number[] {
+  const decades: number[] = [];
+  for (let c = 1; c <= Math.max(1, maxCount); c *= 10) decades.push(c);
+  const every = Math.ceil(decades.length / 4);
+  return [0, ...decades.filter((_, i) => i % every === 0)];
 }
 
 function rangeText(hist: Histogram, i: number): string {
@@ -195,22 +204,17 @@ export function histogramSvg(hist: Histogram, opts: ChartOptions & { logY?: bool
   for (let i = 0; i < n; i++) maxCount = Math.max(maxCount, hist.counts[i]);
   const log = Boolean(opts.logY);
   const yv = (c: number) => (log ? Math.log10(c + 1) : c);
-  const yMax = Math.max(yv(maxCount), log ? 1 : 1);
-  const yTicks = log
-    ? niceTicks(0, yMax, 3).filter((t) => Number.isInteger(t))
-    : niceTicks(0, yMax, 4).filter((t) => Number.isInteger(t));
+  const yMax = Math.max(yv(maxCount), 1);
+  // On the log axis a tick sits at log10(c + 1) and reads c, for round counts c.
+  const counts = log ? logCountTicks(maxCount) : niceTicks(0, yMax, 4).filter((t) => Number.isInteger(t));
+  const yTicks = log ? counts.map(yv) : counts;
   const xTicks = hist.integer && x1 - x0 <= 12
     ? Array.from({ length: Math.round(x1 - x0) }, (_, i) => x0 + 0.5 + i)
     : niceTicks(x0, x1, 5).filter((t) => t >= x0 && t <= x1);
-  const { sx, sy } = axes(root, w, h, { min: x0, max: x1, ticks: xTicks }, { min: 0, max: yMax, ticks: yTicks }, {
-    ...opts, yLabel: opts.yLabel ?? (log ? "log10(count + 1)" : "count"),
-  });
-  if (log) {
-    for (const t of root.querySelectorAll("text.vl-chart-tick")) {
-      const v = Number(t.textContent);
-      if (t.getAttribute("text-anchor") === "end" && Number.isFinite(v)) t.textContent = tickLabel(10 ** v - 1);
-    }
-  }
+  const { sx, sy } = axes(root, w, h, { min: x0, max: x1, ticks: xTicks },
+    { min: 0, max: yMax, ticks: yTicks, labels: counts.map(tickLabel) }, {
+      ...opts, yLabel: opts.yLabel ?? (log ? "count (log scale)" : "count"),
+    });
   const bars = svg("g", { class: "vl-chart-bars" });
   for (let i = 0; i < n; i++) {
     const c = hist.counts[i];

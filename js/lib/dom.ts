@@ -59,3 +59,46 @@ export function lastDotted(name: string): string {
   const dot = name.lastIndexOf(".");
   return dot >= 0 ? name.slice(dot + 1) : name;
 }
+
+export interface CollapsedListOptions {
+  /** Items shown before "show all" (default 5). */
+  limit?: number;
+  /** How many items exist in all, when `items` is only the first of them (the kernel caps lists). */
+  total?: number;
+  /** Class of the list element (e.g. "vl-mono"). */
+  listClass?: string;
+  /** What the items are, for the toggle's accessible label ("unpaired sample keys"). */
+  what?: string;
+}
+
+/**
+ * A long list shown as its first few items and a "show all" toggle, one item per line,
+ * so 32 sample keys neither fill a card nor run together with commas.
+ */
+export function collapsedList(items: readonly string[], opts: CollapsedListOptions = {}): HTMLElement {
+  const limit = Math.max(1, opts.limit ?? 5);
+  const total = Math.max(opts.total ?? items.length, items.length);
+  const list = h("ul", { class: `vl-collapsed-list ${opts.listClass ?? ""}`.trim() });
+  const root = h("div", { class: "vl-collapsed" }, list);
+  const hidden = total - items.length;
+  const note = hidden > 0 ? h("li", { class: "vl-muted vl-collapsed-more" }, `… and ${hidden} more not listed`) : null;
+  let expanded = false;
+  const toggle = items.length > limit
+    ? h("button", { class: "vl-button vl-collapsed-toggle", type: "button", "aria-expanded": "false" })
+    : null;
+  const paint = () => {
+    const shown = expanded ? items : items.slice(0, limit);
+    replaceChildren(list, ...shown.map((s) => h("li", {}, s)), expanded || !toggle ? note : null);
+    if (toggle) {
+      toggle.textContent = expanded ? "show fewer" : `show all ${items.length}`;
+      toggle.setAttribute("aria-expanded", String(expanded));
+      toggle.setAttribute("aria-label", `${expanded ? "Show fewer" : "Show all"} ${opts.what ?? "items"}`);
+    }
+  };
+  if (toggle) {
+    toggle.addEventListener("click", () => { expanded = !expanded; paint(); });
+    root.append(toggle);
+  }
+  paint();
+  return root;
+}

@@ -40,6 +40,15 @@ function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string,
   return el;
 }
 
+/** A statistic as short text: 4 significant digits, an exponent for very large or small. */
+export function statText(v: number): string {
+  if (Number.isNaN(v)) return "NaN";
+  if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
+  return String(Number(v.toPrecision(4)));
+}
+
 function label(x: number): string {
   if (!Number.isFinite(x)) return String(x);
   const a = Math.abs(x);

@@ -115,4 +115,25 @@ describe("VirtualTable", () => {
     table.setRowCount(10_000);
     expect(table.viewport.style.height).toBe("200px");
   });
+
+  it("resizes a column by dragging its header edge, and fits one to its content", () => {
+    const { table } = makeTable(10);
+    const cols = () => table.el.style.getPropertyValue("--vl-vt-cols");
+    expect(cols()).toBe("minmax(100px, 1fr) minmax(60px, 0fr)");
+    const grip = table.el.querySelector<HTMLElement>('.vl-vt-hcell[data-key="n"] .vl-vt-resizer')!;
+    const Ptr = (globalThis as any).PointerEvent ?? MouseEvent;
+    grip.dispatchEvent(new Ptr("pointerdown", { bubbles: true, clientX: 500 }));
+    document.dispatchEvent(new Ptr("pointermove", { bubbles: true, clientX: 560 }));
+    document.dispatchEvent(new Ptr("pointerup", { bubbles: true, clientX: 560 }));
+    expect(cols()).toBe("minmax(100px, 1fr) 120px"); // jsdom has no layout: start = floor 60
+    document.dispatchEvent(new Ptr("pointermove", { bubbles: true, clientX: 900 }));
+    expect(cols()).toBe("minmax(100px, 1fr) 120px"); // released: no more resizing
+    table.fitColumn("name", "x".repeat(30));
+    expect(cols()).toBe("minmax(228px, 1fr) 120px");
+    expect(table.el.style.getPropertyValue("--vl-vt-min-width")).toBe("348px");
+    table.setColumnWidth("name", null);
+    expect(cols()).toBe("minmax(100px, 1fr) 120px");
+    expect(table.el.querySelector('.vl-vt-hcell[data-key="name"]')!.getAttribute("title")).toBe("Name");
+    table.destroy();
+  });
 });

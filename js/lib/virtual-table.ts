@@ -59,6 +59,8 @@ export class VirtualTable {
   private readonly headerCells = new Map<string, HTMLElement>();
   /** Width in px a column was fitted or dragged to; null: min width plus its grow share. */
   private readonly widths: (number | null)[];
+  /** Columns whose width was fitted to content: they still take their share of spare width. */
+  private readonly fitted: boolean[];
   private resizeCleanup: (() => void) | null = null;
   private readonly pool: HTMLElement[] = [];
   private readonly poolRow: number[] = [];
@@ -82,6 +84,7 @@ export class VirtualTable {
     this.overscan = opts.overscan ?? 6;
     this.idPrefix = `vl-vt-${++tableCounter}`;
     this.widths = opts.columns.map(() => null);
+    this.fitted = opts.columns.map(() => false);
 
     this.header = h("div", { class: "vl-vt-header", role: "row" });
     opts.columns.forEach((col, c) => {
@@ -205,8 +208,8 @@ export class VirtualTable {
 
   /** Smallest width in px a column gets: its min width, and never less than its header label. */
   static columnFloor(col: VTColumn): number {
-    // ~7.5 px per character of a 13 px bold UI font, plus padding and the sort mark.
-    return Math.max(col.minWidth, Math.ceil(col.label.length * 7.5) + (col.sortable ? 30 : 18));
+    // ~8.2 px per character of a 13 px bold UI font, plus padding, resize grip and sort mark.
+    return Math.max(col.minWidth, Math.ceil(col.label.length * 8.2) + (col.sortable ? 32 : 22));
   }
 
   /** Fix column `key` at `px` (at least its floor); null returns it to min width + grow. */
@@ -214,6 +217,7 @@ export class VirtualTable {
     const c = this.opts.columns.findIndex((col) => col.key === key);
     if (c < 0) return;
     this.widths[c] = px === null ? null : Math.max(Math.round(px), 40);
+    this.fitted[c] = false;
     this.applyWidths();
   }
 
@@ -231,6 +235,8 @@ export class VirtualTable {
     if (!col) return;
     const px = this.measureText(longest) + 18; // cell padding + a little air
     this.setColumnWidth(key, Math.min(max, Math.max(VirtualTable.columnFloor(col), px)));
+    this.fitted[this.opts.columns.indexOf(col)] = true;
+    this.applyWidths();
   }
 
   private measureText(text: string): number {
@@ -246,7 +252,8 @@ export class VirtualTable {
     const cols = this.opts.columns;
     const tracks = cols.map((col, c) => {
       const w = this.widths[c];
-      return w !== null ? `${w}px` : `minmax(${VirtualTable.columnFloor(col)}px, ${col.grow ?? 0}fr)`;
+      if (w === null) return `minmax(${VirtualTable.columnFloor(col)}px, ${col.grow ?? 0}fr)`;
+      return this.fitted[c] ? `minmax(${w}px, ${col.grow ?? 0}fr)` : `${w}px`;
     }).join(" ");
     const minWidth = cols.reduce((sum, col, c) => sum + (this.widths[c] ?? VirtualTable.columnFloor(col)), 0);
     this.el.style.setProperty("--vl-vt-cols", tracks);
@@ -261,6 +268,7 @@ export class VirtualTable {
     const start = cell.getBoundingClientRect().width || this.widths[c] || VirtualTable.columnFloor(this.opts.columns[c]);
     const move = (e: PointerEvent) => {
       this.widths[c] = Math.max(40, Math.round(start + e.clientX - startX));
+      this.fitted[c] = false;
       this.applyWidths();
     };
     const up = () => this.resizeCleanup?.();

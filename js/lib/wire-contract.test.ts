@@ -5,6 +5,7 @@
 // both must agree. pytest runs this file with VINLENS_WIRE_FIXTURES set to its fixtures;
 // a plain `vitest run` has no fixtures and skips it.
 import { describe, expect, it } from "vitest";
+import { aggregateMaps, type DatasetPayload } from "../widgets/attribution_viewer";
 import { decode, type NDArray, type Table } from "./payload";
 
 const env = (globalThis as any).process?.env ?? {};
@@ -89,6 +90,30 @@ describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean",
     it(fixture.name, () => {
       putBuffers(fixture.state, fixture.buffer_paths, buffers);
       expect(canonical(decode(fixture.state))).toEqual(fixture.expected);
+    });
+  }
+  // Beyond decoding to the same meaning: the dataset view reads the decoded payload
+  // through its own types, so every class's maps and strips must be where it looks.
+  for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "attribution_viewer_dataset")) {
+    it(`${fixture.name} has what the dataset view reads`, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      const ds = decode(fixture.state.dataset) as DatasetPayload;
+      const classes = (ds.classes ?? []).map((c) => c.value);
+      expect(classes[0]).toBe("all");
+      expect(classes.length).toBeGreaterThan(1);
+      for (const cls of classes) {
+        for (const stat of ds.stats.map((st) => st.value)) {
+          const maps = aggregateMaps(ds, cls, stat);
+          expect(Object.keys(maps)).toEqual(fixture.state.camera_keys);
+          for (const agg of Object.values(maps)) expect(isArray(agg.map) && agg.map.dtype === "float32").toBe(true);
+        }
+        for (const strip of Object.values(ds.concentration?.[cls] ?? {})) {
+          for (const entry of [...strip.most, ...strip.least]) {
+            expect(entry.kept_index === null || entry.kept_index < ds.kept.length).toBe(true);
+            expect(isArray(entry.map)).toBe(true);
+          }
+        }
+      }
     });
   }
 });

@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { displayRange, modesFor, rangeText, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { aggregateMaps, concentrationText, displayRange, modesFor, rangeText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -56,6 +56,11 @@ function state(over: Partial<AttributionViewerModel> = {}): AttributionViewerMod
     scale: "normalized",
     view: "grid",
     focused_camera: "rgb",
+    dataset: {},
+    dataset_task: {},
+    sample_index: 0,
+    aggregate_stat: "mean",
+    aggregate_class: "all",
     status: "idle",
     error: "",
     error_traceback: "",
@@ -306,6 +311,171 @@ describe("AttributionViewerWidget view", () => {
     const layer = q<HTMLSelectElement>(".vl-av-layer");
     expect(layer.value).toBe("");
     expect(layer.options[0].textContent).toBe("(targets given in Python)");
+  });
+});
+
+function aggregate(values: number[], extra: Record<string, unknown> = {}) {
+  const min = Math.min(...values);
+  const max = Math.max(...values);
+  return {
+    map: arrayNode("float32", [2, 2], values), min, max, span: max - min, relative_span: 1,
+    largest_camera: "rgb", flat: false, flat_reason: "", ...extra,
+  };
+}
+
+function datasetPayload(over: Partial<Record<keyof DatasetPayload, unknown>> = {}) {
+  return {
+    samples: 40, batches: 5, kept: ["batch 0 #0", "batch 0 #1", "batch 0 #2"], baseline: "zeros",
+    score_label: "class 0", method_label: "Grad-CAM", layer: "encoders.{camera}.conv3",
+    stats: [{ value: "mean", label: "mean" }, { value: "p90", label: "90th percentile" }],
+    aggregates: {
+      mean: { rgb: aggregate([0, 1, 2, 4]), [HOSTILE]: aggregate([1e-4, 1.1e-4, 1e-4, 1e-4], { flat: true, flat_reason: "tiny", relative_span: 2.5e-6 }) },
+      p90: { rgb: aggregate([0, 2, 4, 8]), [HOSTILE]: aggregate([0, 1, 0, 1]) },
+    },
+    reliance: [{ camera: "rgb", drop: 3, std: 0.5, share: 0.75 }, { camera: HOSTILE, drop: -0.5, std: 0.25, share: 0 }],
+    ...over,
+  };
+}
+
+describe("dataset view", () => {
+  it("stays hidden until the kernel sends a dataset summary", () => {
+    const { q } = mount();
+    expect(q<HTMLElement>(".vl-av-dataset").hidden).toBe(true);
+  });
+
+  it("shows aggregate maps per camera with the flat mark, and switches statistic through the model", () => {
+    const { q, el, model } = mount({ dataset: datasetPayload() });
+    expect(q<HTMLElement>(".vl-av-dataset").hidden).toBe(false);
+    expect(q(".vl-av-ds-summary").textContent).toBe(
+      "40 samples in 5 batches · Grad-CAM at encoders.{camera}.conv3 · class 0 · baseline zeros");
+    const cards = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-agg"));
+    expect(cards.map((c) => c.dataset.camera)).toEqual(["rgb", HOSTILE]);
+    expect(cards[1].querySelector(".vl-av-camera")!.textContent).toBe(HOSTILE);
+    expect(cards[1].classList.contains("vl-av-flat")).toBe(true);
+    expect(cards[1].querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(false);
+    expect(cards[0].querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(true);
+    expect(cards[0].querySelector(".vl-av-bar-max")!.textContent).toBe("4");
+    const canvas = cards[0].querySelector("canvas")!;
+    const grey = new Uint8ClampedArray(16).fill(128);
+    const expected = compositeOverlay(grey, [0, 1, 2, 4], { colormap: "viridis", vmin: 0, vmax: 4, opacity: 1 });
+    expect(Array.from(painted.get(canvas)!.data)).toEqual(Array.from(expected));
+    expect(Array.from(q<HTMLSelectElement>(".vl-av-stat").options).map((o) => o.textContent)).toEqual(["mean", "90th percentile"]);
+    select(q<HTMLSelectElement>(".vl-av-stat"), "p90");
+    expect(model.get("aggregate_stat")).toBe("p90");
+    const p90 = el.querySelectorAll<HTMLElement>(".vl-av-agg");
+    expect(p90[0].querySelector(".vl-av-bar-max")!.textContent).toBe("8");
+    expect(p90[1].classList.contains("vl-av-flat")).toBe(false);
+    expect(p90[0].querySelector(".vl-av-range")!.textContent).toBe("span 8");
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("draws one reliance bar per camera, longest for the largest drop, negative drops marked", () => {
+    const { el } = mount({ dataset: datasetPayload() });
+    const rows = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-rel-row"));
+    expect(rows.map((r) => r.querySelector(".vl-av-rel-camera")!.textContent)).toEqual(["rgb", HOSTILE]);
+    const fills = rows.map((r) => r.querySelector<HTMLElement>(".vl-av-rel-fill")!);
+    expect(fills[0].style.width).toBe("100%");
+    expect(fills[1].style.width).toBe("16.7%");
+    expect(fills[1].classList.contains("vl-av-rel-negative")).toBe(true);
+    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 ± 0.5 (75%)");
+    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5 ± 0.25");
+  });
+
+  it("asks the kernel for the sample the slider is released on, one request at a time", async () => {
+    const { q, model } = mount({ dataset: datasetPayload() });
+    const slider = q<HTMLInputElement>(".vl-av-sample");
+    expect(slider.max).toBe("2");
+    expect(q(".vl-av-sample-label").textContent).toBe("sample 1 / 3 · batch 0 #0");
+    slider.value = "2";
+    slider.dispatchEvent(new Event("input"));
+    expect(q(".vl-av-sample-label").textContent).toBe("sample 3 / 3 · batch 0 #2");
+    slider.dispatchEvent(new Event("change"));
+    const first = model.sent.at(-1)!.content;
+    expect(first).toMatchObject({ kind: "command", name: "explain", args: { sample: 2 } });
+    // Moved again while the first runs: sent when the first is answered, not before.
+    slider.value = "1";
+    slider.dispatchEvent(new Event("change"));
+    expect(model.sent.at(-1)!.content.id).toBe(first.id);
+    model.kernelSet("sample_index", 2);
+    model.receive({ kind: "result", id: first.id, data: { cameras: ["rgb"] } });
+    await new Promise((r) => setTimeout(r, 0));
+    expect(model.sent.at(-1)!.content).toMatchObject({ name: "explain", args: { sample: 1 } });
+  });
+
+  it("keeps keys typed into its controls from the notebook around it", () => {
+    const { q, el } = mount({ dataset: datasetPayload() });
+    const seen: string[] = [];
+    el.addEventListener("keydown", (ev) => seen.push((ev.target as HTMLElement).className));
+    q(".vl-av-sample").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    q(".vl-av-class").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowUp", bubbles: true }));
+    q(".vl-av-panel").dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    expect(seen).toEqual(["vl-av-panel"]);
+  });
+
+  it("shows a dataset pass started from Python and cancels it by its id", () => {
+    const { q, model } = mount();
+    model.kernelSet("dataset_task", { id: "ds-1", state: "running", done: 2, total: 5 });
+    expect(q<HTMLElement>(".vl-av-dataset").hidden).toBe(false);
+    expect(q(".vl-av-ds-progress").textContent).toBe("aggregating: 2 / 5 batches");
+    q<HTMLButtonElement>(".vl-av-ds-cancel").click();
+    expect(model.sent.at(-1)!.content).toEqual({ kind: "cancel", id: "ds-1" });
+    model.kernelSet("dataset_task", { id: "ds-1", state: "cancelled", done: 2, total: 5 });
+    expect(q<HTMLButtonElement>(".vl-av-ds-cancel").hidden).toBe(true);
+    expect(q(".vl-av-ds-progress").textContent).toContain("cancelled");
+  });
+
+  it("switches the aggregate maps by class and jumps the slider to a concentrated sample", async () => {
+    const entry = (id: number, c: number, kept: number | null) => ({
+      sample_id: id, concentration: c, kept_index: kept, map: arrayNode("float32", [2, 2], [0, 1, 2, 3]),
+    });
+    const { q, el, model } = mount({
+      dataset: datasetPayload({
+        classes: [{ value: "all", label: "all classes (40)" }, { value: "3", label: HOSTILE }],
+        class_aggregates: { 3: { mean: { rgb: aggregate([0, 5, 6, 7]) }, p90: {} } },
+        concentration: {
+          all: { rgb: { most: [entry(2, 0.9, 2), entry(31, 0.8, null)], least: [entry(0, 0.1, 0)] } },
+          3: { rgb: { most: [entry(7, 0.5, null)], least: [] } },
+        },
+      }),
+    });
+    const classes = q<HTMLSelectElement>(".vl-av-agg-class");
+    expect(Array.from(classes.options).map((o) => o.textContent)).toEqual(["all classes (40)", HOSTILE]);
+    expect(el.querySelector(".vl-av-agg-class img")).toBeNull(); // kernel strings only as text
+    const rgb = () => el.querySelector<HTMLElement>('.vl-av-agg[data-camera="rgb"]')!;
+    const most = () => Array.from(rgb().querySelectorAll<HTMLElement>('.vl-av-conc[data-which="most"] .vl-av-conc-sample'));
+    expect(most().map((e) => e.textContent)).toEqual(["#2 · 0.90", "#31 · 0.80 (not kept)"]);
+    expect(most().map((e) => e.tagName)).toEqual(["BUTTON", "SPAN"]);
+    // A kept sample jumps the slider and asks the kernel for it, as the slider would.
+    most()[0].click();
+    expect(q<HTMLInputElement>(".vl-av-sample").value).toBe("2");
+    expect(q(".vl-av-sample-label").textContent).toBe("sample 3 / 3 · batch 0 #2");
+    expect(model.sent.at(-1)!.content).toMatchObject({ kind: "command", name: "explain", args: { sample: 2 } });
+    // Another class: its own maps (only the cameras it has) and its own strip.
+    select(classes, "3");
+    expect(model.get("aggregate_class")).toBe("3");
+    const cards = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-agg"));
+    expect(cards.map((c) => c.dataset.camera)).toEqual(["rgb"]);
+    expect(cards[0].querySelector(".vl-av-bar-max")!.textContent).toBe("7");
+    expect(most().map((e) => e.textContent)).toEqual(["#7 · 0.50 (not kept)"]);
+    expect(rgb().querySelector('.vl-av-conc[data-which="least"]')!.textContent).toContain("none");
+  });
+
+  it("finds a class's maps and words concentrated samples", () => {
+    const ds = datasetPayload({ class_aggregates: { 1: { mean: { rgb: aggregate([1, 2, 3, 4]) } } } }) as unknown as DatasetPayload;
+    expect(aggregateMaps(ds, "all", "p90").rgb.max).toBe(8);
+    expect(aggregateMaps(ds, "1", "mean").rgb.max).toBe(4);
+    expect(aggregateMaps(ds, "1", "p90")).toEqual({});
+    expect(aggregateMaps(ds, "9", "mean")).toEqual({});
+    const map = arrayNode("float32", [1, 1], [0]) as unknown as NDArray;
+    expect(concentrationText({ sample_id: 4, concentration: 0.123, kept_index: 4, map })).toBe("#4 · 0.12");
+    expect(concentrationText({ sample_id: 40, concentration: 1, kept_index: null, map })).toBe("#40 · 1.00 (not kept)");
+  });
+
+  it("labels slider positions in words", () => {
+    const ds = datasetPayload() as unknown as DatasetPayload;
+    expect(sampleLabel(ds, 1)).toBe("sample 2 / 3 · batch 0 #1");
+    expect(sampleLabel(ds, 99)).toBe("sample 3 / 3 · batch 0 #2");
+    expect(sampleLabel({ ...ds, kept: [] }, 0)).toBe("no samples kept");
   });
 });
 

@@ -56,6 +56,72 @@ export interface AttributionPayload {
   flat_reason: string;
 }
 
+/** One camera's aggregate map over the dataset slice, flatness judged across cameras. */
+export interface AggregatePayload {
+  map: NDArray;
+  min: number;
+  max: number;
+  span: number;
+  relative_span: number;
+  largest_camera: string;
+  flat: boolean;
+  flat_reason: string;
+}
+
+/** How much the score drops when one camera's input is replaced by the baseline. */
+export interface ReliancePayload {
+  camera: string;
+  /** Mean drop over the slice (score with the camera minus score with the baseline). */
+  drop: number;
+  /** Standard deviation of the drop over the slice's samples. */
+  std: number;
+  /** Share of the summed positive drops, in [0, 1] (0 for a camera whose removal helps). */
+  share: number;
+}
+
+/** A sample the engine kept as one of a camera's most or least concentrated maps. */
+export interface ConcentrationPayload {
+  /** Position of the sample in the slice, in loader order. */
+  sample_id: number;
+  /** Share of the map's total in its hottest 10 % of cells. */
+  concentration: number;
+  /** Where the sample sits on the slider, or null when it was not kept. */
+  kept_index: number | null;
+  /** The sample's raw map at the layer's resolution. */
+  map: NDArray;
+}
+
+/** The dataset view's payload (see attribution_viewer.py:_dataset_payload). */
+export interface DatasetPayload {
+  samples: number;
+  batches: number;
+  /** Labels of the samples the slider can show, in loader order. */
+  kept: string[];
+  baseline: string;
+  score_label: string;
+  method_label: string;
+  layer: string;
+  stats: MethodChoice[];
+  /** stat value -> camera -> aggregate map, over every class. */
+  aggregates: Record<string, Record<string, AggregatePayload>>;
+  /** "all", then each class the engine reports (value: the class index as a string). */
+  classes?: MethodChoice[];
+  /** class value -> stat value -> camera -> aggregate map of that class's samples. */
+  class_aggregates?: Record<string, Record<string, Record<string, AggregatePayload>>>;
+  /** class value ("all" included) -> camera -> the most and least concentrated samples. */
+  concentration?: Record<string, Record<string, { most: ConcentrationPayload[]; least: ConcentrationPayload[] }>>;
+  reliance: ReliancePayload[];
+}
+
+/** Where the dataset pass is (published by the kernel for a run started from Python). */
+export interface DatasetTask {
+  id?: string;
+  state?: "running" | "done" | "failed" | "cancelled";
+  done?: number;
+  total?: number;
+  message?: string;
+}
+
 export interface AttributionViewerModel {
   camera_keys: string[];
   images: Record<string, unknown>;
@@ -76,6 +142,12 @@ export interface AttributionViewerModel {
   scale: Scale;
   view: View;
   focused_camera: string;
+  dataset: Record<string, unknown>;
+  dataset_task: DatasetTask;
+  sample_index: number;
+  aggregate_stat: string;
+  /** "all" or a class index as a string: whose aggregate maps the dataset view shows. */
+  aggregate_class: string;
   status: string;
   error: string;
   error_traceback: string;
@@ -108,14 +180,53 @@ export function modesFor(
 }
 
 /** The raw span of one camera's map next to the largest camera's, for the line under its colourbar. */
-export function rangeText(record: AttributionPayload): string {
-  const span = `raw span ${formatNumber(record.span)}`;
+export function rangeText(
+  record: Pick<AttributionPayload, "camera_key" | "span" | "relative_span" | "largest_camera" | "flat">,
+  noun = "raw span",
+): string {
+  const span = `${noun} ${formatNumber(record.span)}`;
   if (!Number.isFinite(record.relative_span) || record.largest_camera === record.camera_key || !record.largest_camera) {
     return record.flat ? `${span} (near-flat)` : span;
   }
   const pct = 100 * record.relative_span;
   const share = pct >= 10 ? pct.toFixed(0) : pct >= 0.001 ? pct.toPrecision(2) : "<0.001";
   return `${span} = ${share}% of ${record.largest_camera}'s`;
+}
+
+/** "sample 4 / 16 · batch 0 #3": the slider position in words (1-based for people). */
+export function sampleLabel(dataset: DatasetPayload, index: number): string {
+  const n = dataset.kept.length;
+  if (n === 0) return "no samples kept";
+  const i = Math.min(Math.max(Math.round(index), 0), n - 1);
+  return `sample ${i + 1} / ${n} · ${dataset.kept[i]}`;
+}
+
+/** The aggregate maps of one class choice ("all": every class) for one statistic. */
+export function aggregateMaps(dataset: DatasetPayload, cls: string, stat: string): Record<string, AggregatePayload> {
+  const byStat = cls === "all" ? dataset.aggregates : dataset.class_aggregates?.[cls];
+  return byStat?.[stat] ?? {};
+}
+
+/** "#12 · 0.84": a concentrated sample's id and concentration, "(not kept)" when off the slider. */
+export function concentrationText(entry: ConcentrationPayload): string {
+  const text = `#${entry.sample_id} · ${entry.concentration.toFixed(2)}`;
+  return entry.kept_index === null ? `${text} (not kept)` : text;
+}
+
+function finiteRange(data: ArrayLike<number>): { vmin: number; vmax: number } {
+  let vmin = Infinity;
+  let vmax = -Infinity;
+  for (let i = 0; i < data.length; i++) {
+    const v = Number(data[i]);
+    if (Number.isFinite(v)) { vmin = Math.min(vmin, v); vmax = Math.max(vmax, v); }
+  }
+  return vmin <= vmax ? { vmin, vmax } : { vmin: 0, vmax: 0 };
+}
+
+function sharedRange(maps: AggregatePayload[]): { vmin: number; vmax: number } {
+  const lo = Math.min(0, ...maps.map((a) => a.min).filter(Number.isFinite));
+  const hi = Math.max(...maps.map((a) => a.max).filter(Number.isFinite), lo);
+  return { vmin: lo, vmax: hi };
 }
 
 function isColormap(name: string): name is ColormapName {
@@ -199,6 +310,31 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   const grid = h("div", { class: "vl-av-panels" });
   const empty = h("div", { class: "vl-muted vl-av-empty" }, "No attribution computed yet: choose a layer and press Recompute.");
 
+  // -- dataset view ----------------------------------------------------------------------
+  const dsSummary = h("span", { class: "vl-muted vl-av-ds-summary" });
+  const dsProgress = h("span", { class: "vl-muted vl-av-ds-progress" });
+  const dsCancel = h("button", { class: "vl-button vl-av-ds-cancel", type: "button", hidden: true }, "Cancel");
+  const sampleSlider = h("input", {
+    class: "vl-av-sample", type: "range", min: 0, max: 0, step: 1, value: 0, "aria-label": "Sample shown above",
+  });
+  const sampleText = h("span", { class: "vl-mono vl-av-sample-label" });
+  const statSelect = h("select", { class: "vl-input vl-av-stat", "aria-label": "Aggregate statistic" });
+  const classSelect = h("select", { class: "vl-input vl-av-agg-class", "aria-label": "Class of the aggregate maps" });
+  const aggregates = h("div", { class: "vl-av-aggregates" });
+  const reliance = h("div", { class: "vl-av-reliance", role: "list", "aria-label": "Camera reliance" });
+  const relianceNote = h("div", { class: "vl-muted vl-av-reliance-note" });
+  const datasetEl = h("section", { class: "vl-av-dataset", hidden: true, "aria-label": "Dataset view" },
+    h("div", { class: "vl-toolbar vl-av-ds-head" },
+      h("span", { class: "vl-title" }, "Dataset"), dsSummary, dsProgress, dsCancel),
+    h("div", { class: "vl-toolbar vl-av-ds-controls" },
+      labelled("sample", h("span", { class: "vl-av-sample-wrap" }, sampleSlider, sampleText)),
+      labelled("aggregate", statSelect), labelled("class", classSelect)),
+    h("div", { class: "vl-av-ds-body" },
+      h("div", { class: "vl-av-ds-block" }, h("div", { class: "vl-av-ds-heading" }, "Aggregate maps"), aggregates),
+      h("div", { class: "vl-av-ds-block" },
+        h("div", { class: "vl-av-ds-heading" }, "Camera reliance"), reliance, relianceNote)),
+  );
+
   const root = h(
     // Keys pressed inside the widget are ours: JupyterLab's notebook shortcuts (Enter to
     // edit, arrows to move between cells) must not act on them.
@@ -212,9 +348,18 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       labelled("colormap", cmapSelect),
       labelled("opacity", h("span", { class: "vl-av-opacity-wrap" }, opacity, opacityText)),
       labelled("scale", scaleSelect), viewButton, cameraTabs),
-    status.el, empty, grid,
+    status.el, empty, grid, datasetEl,
   );
   el.append(root);
+  // The notebook's own keydown handler (bubble phase, outside the shortcut system that
+  // data-lm-suppress-shortcuts covers) takes arrow keys for moving between cells and
+  // cancels their default, so a focused slider or number field would not move. Keys
+  // typed into the widget's form controls stop here.
+  const keepKeys = (ev: KeyboardEvent): void => {
+    const target = ev.target as HTMLElement | null;
+    if (target && ["INPUT", "SELECT", "TEXTAREA"].includes(target.tagName)) ev.stopPropagation();
+  };
+  root.addEventListener("keydown", keepKeys);
 
   const panels = new Map<string, Panel>();
   let records = new Map<string, AttributionPayload>();
@@ -519,6 +664,158 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     }
   }
 
+  // -- dataset view ------------------------------------------------------------------------
+  let dataset: DatasetPayload | null = null;
+  let pendingSample: number | null = null;
+
+  function syncDataset(): void {
+    const raw = m.get("dataset");
+    dataset = raw && Object.keys(raw).length ? (decode(raw) as DatasetPayload) : null;
+    datasetEl.hidden = dataset === null;
+    if (!dataset) return;
+    dsSummary.textContent =
+      `${formatNumber(dataset.samples)} samples in ${formatNumber(dataset.batches)} batches · `
+      + `${dataset.method_label} at ${dataset.layer} · ${dataset.score_label} · baseline ${dataset.baseline}`;
+    sampleSlider.max = String(Math.max(dataset.kept.length - 1, 0));
+    sampleSlider.disabled = dataset.kept.length < 2;
+    const current = statSelect.value || m.get("aggregate_stat");
+    replaceChildren(statSelect, ...dataset.stats.map((st) => option(st.value, st.label, st.value === current)));
+    const classes = dataset.classes ?? [{ value: "all", label: "all classes" }];
+    const cls = m.get("aggregate_class") ?? "all";
+    replaceChildren(classSelect, ...classes.map((c) => option(c.value, c.label, c.value === cls)));
+    classSelect.disabled = classes.length < 2;
+    syncSample();
+    paintAggregates();
+    paintReliance();
+  }
+
+  function syncSample(): void {
+    if (!dataset) return;
+    const index = m.get("sample_index") ?? 0;
+    if (document.activeElement !== sampleSlider || pendingSample === null) sampleSlider.value = String(index);
+    sampleText.textContent = sampleLabel(dataset, Number(sampleSlider.value));
+  }
+
+  function paintAggregates(): void {
+    if (!dataset) return;
+    const stat = m.get("aggregate_stat");
+    const cls = m.get("aggregate_class") ?? "all";
+    statSelect.value = stat;
+    classSelect.value = cls;
+    const maps = aggregateMaps(dataset, cls, stat);
+    const strips = dataset.concentration?.[cls] ?? {};
+    const name = m.get("colormap");
+    const cmap: ColormapName = isColormap(name) ? name : "viridis";
+    const cards: HTMLElement[] = [];
+    for (const key of m.get("camera_keys") ?? []) {
+      const agg = maps[key];
+      if (!agg) continue;
+      const [height, width] = agg.map.shape;
+      const canvas = h("canvas", { class: "vl-av-agg-canvas", role: "img", "aria-label": `${key} ${stat} map` });
+      const base = new Uint8ClampedArray(height * width * 4).fill(128);
+      const { vmin, vmax } = m.get("scale") === "raw" ? sharedRange(Object.values(maps)) : { vmin: agg.min, vmax: agg.max };
+      paintCanvas(canvas, compositeOverlay(base, agg.map.data, { colormap: cmap, vmin, vmax, opacity: 1 }), width, height);
+      const badge = h("span", { class: "vl-badge vl-warn vl-av-flat-badge", hidden: !agg.flat, title: agg.flat_reason }, "near-flat");
+      const hatch = h("div", { class: "vl-av-hatch", hidden: !agg.flat, "aria-hidden": "true" });
+      const card = h("figure", { class: "vl-av-agg", "data-camera": key },
+        h("figcaption", { class: "vl-av-head" }, h("span", { class: "vl-av-camera" }, key), badge),
+        h("div", { class: "vl-av-canvas-wrap" }, canvas, hatch),
+        h("div", { class: "vl-av-legend" },
+          h("span", { class: "vl-av-bar-min vl-mono" }, formatNumber(vmin)),
+          h("div", { class: "vl-av-bar", style: `background: ${gradientCss(cmap, 24)}` }),
+          h("span", { class: "vl-av-bar-max vl-mono" }, formatNumber(vmax))),
+        // Percentile maps are of per-sample normalised maps: their span is not in raw units.
+        h("div", { class: "vl-mono vl-av-range" }, rangeText({ ...agg, camera_key: key }, stat === "mean" ? "raw span" : "span")));
+      const strip = strips[key];
+      if (strip) card.append(concentrationStrip(key, strip.most, "most"), concentrationStrip(key, strip.least, "least"));
+      card.classList.toggle("vl-av-flat", agg.flat);
+      cards.push(card);
+    }
+    replaceChildren(aggregates, ...cards);
+  }
+
+  function concentrationStrip(key: string, entries: ConcentrationPayload[], which: "most" | "least"): HTMLElement {
+    const name = m.get("colormap");
+    const cmap: ColormapName = isColormap(name) ? name : "viridis";
+    const items = entries.map((entry) => {
+      const [height, width] = entry.map.shape;
+      const thumb = h("canvas", { class: "vl-av-conc-thumb", "aria-hidden": "true" });
+      // Each sample's map on its own range: the strip compares where maps look, not how strongly.
+      const { vmin, vmax } = finiteRange(entry.map.data);
+      const base = new Uint8ClampedArray(height * width * 4).fill(128);
+      paintCanvas(thumb, compositeOverlay(base, entry.map.data, { colormap: cmap, vmin, vmax, opacity: 1 }), width, height);
+      const text = h("span", { class: "vl-mono" }, concentrationText(entry));
+      const kept = entry.kept_index;
+      if (kept === null) {
+        return h("span", {
+          class: "vl-av-conc-sample vl-av-conc-gone", "data-sample": entry.sample_id,
+          title: `sample ${entry.sample_id} is not among the samples kept for the slider`,
+        }, thumb, text);
+      }
+      const button = h("button", {
+        class: "vl-av-conc-sample", type: "button", "data-sample": entry.sample_id,
+        title: `show sample ${entry.sample_id} above (concentration ${entry.concentration.toFixed(3)})`,
+      }, thumb, text);
+      button.addEventListener("click", () => {
+        sampleSlider.value = String(kept);
+        if (dataset) sampleText.textContent = sampleLabel(dataset, kept);
+        showSample(kept);
+      });
+      return button;
+    });
+    return h("div", { class: "vl-av-conc", "data-which": which, role: "group", "aria-label": `${key}: ${which} concentrated samples` },
+      h("span", { class: "vl-muted vl-av-conc-label" }, `${which} concentrated`),
+      h("div", { class: "vl-av-conc-items" }, ...(items.length ? items : [h("span", { class: "vl-muted" }, "none")])));
+  }
+
+  function paintReliance(): void {
+    if (!dataset) return;
+    const rows = dataset.reliance;
+    const top = Math.max(...rows.map((r) => Math.abs(r.drop)), 0);
+    replaceChildren(reliance, ...rows.map((r) => {
+      const width = top > 0 && Number.isFinite(r.drop) ? (100 * Math.abs(r.drop)) / top : 0;
+      const fill = h("div", { class: `vl-av-rel-fill${r.drop < 0 ? " vl-av-rel-negative" : ""}`, style: `width: ${width.toFixed(1)}%` });
+      return h("div", { class: "vl-av-rel-row", role: "listitem", "data-camera": r.camera },
+        h("span", { class: "vl-av-rel-camera" }, r.camera),
+        h("div", { class: "vl-av-rel-track", "aria-hidden": "true" }, fill),
+        h("span", { class: "vl-mono vl-av-rel-value", title: `standard deviation over the samples: ${formatNumber(r.std)}` },
+          `${formatNumber(r.drop)} ± ${formatNumber(r.std)}${r.drop > 0 ? ` (${Math.round(100 * r.share)}%)` : ""}`));
+    }));
+    relianceNote.textContent =
+      `score drop when the camera's input is replaced by the ${dataset.baseline} baseline: mean ± standard deviation over ${formatNumber(dataset.samples)} samples (share of the summed drops)`;
+  }
+
+  function syncDatasetTask(): void {
+    const task = m.get("dataset_task") ?? {};
+    const running = task.state === "running";
+    dsCancel.hidden = !running;
+    if (running) {
+      dsProgress.textContent = task.total ? `aggregating: ${formatNumber(task.done ?? 0)} / ${formatNumber(task.total)} batches` : `aggregating: ${formatNumber(task.done ?? 0)} batches`;
+      datasetEl.hidden = false;
+    } else {
+      dsProgress.textContent = task.state === "cancelled" ? "cancelled; showing the previous dataset results"
+        : task.state === "failed" ? `failed: ${task.message ?? ""}` : "";
+      datasetEl.hidden = dataset === null && !task.state;
+    }
+  }
+
+  function showSample(index: number): void {
+    if (running) { pendingSample = index; return; }
+    pendingSample = null;
+    void runExplain({ sample: index });
+  }
+
+  sampleSlider.addEventListener("input", () => {
+    if (dataset) sampleText.textContent = sampleLabel(dataset, Number(sampleSlider.value));
+  });
+  sampleSlider.addEventListener("change", () => showSample(Number(sampleSlider.value)));
+  statSelect.addEventListener("change", () => { m.set("aggregate_stat", statSelect.value); m.save_changes(); });
+  classSelect.addEventListener("change", () => { m.set("aggregate_class", classSelect.value); m.save_changes(); });
+  dsCancel.addEventListener("click", () => {
+    const id = m.get("dataset_task")?.id;
+    if (id) client.cancel(id);
+  });
+
   // -- recompute ---------------------------------------------------------------------------
   function setRunning(on: boolean): void {
     recompute.disabled = on || offeredModes.length === 0;
@@ -529,9 +826,10 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     }
   }
 
-  async function runExplain(): Promise<void> {
-    if (running || offeredModes.length === 0) return;
-    const args = draft();
+  async function runExplain(sample?: { sample: number }): Promise<void> {
+    if (running || (offeredModes.length === 0 && !sample)) return;
+    // A sample change keeps the applied method and layer; Recompute applies the drafts.
+    const args = sample ?? draft();
     const keys = m.get("camera_keys") ?? [];
     status.clearError();
     pendingCameras = new Set(keys);
@@ -566,6 +864,8 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
       setRunning(false);
       paintAll();
       updateDirty();
+      syncSample();
+      if (pendingSample !== null) showSample(pendingSample);
     }
   }
 
@@ -595,6 +895,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     opacityText.textContent = `${Math.round(m.get("opacity") * 100)}%`;
     scaleSelect.value = m.get("scale");
     paintAll();
+    paintAggregates();
   }
 
   const listeners: [string, () => void][] = [
@@ -615,6 +916,11 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     ["change:scale", syncDisplay],
     ["change:view", layout],
     ["change:focused_camera", layout],
+    ["change:dataset", syncDataset],
+    ["change:dataset_task", syncDatasetTask],
+    ["change:sample_index", syncSample],
+    ["change:aggregate_stat", paintAggregates],
+    ["change:aggregate_class", paintAggregates],
   ];
   for (const [event, cb] of listeners) m.on(event, cb);
 
@@ -623,9 +929,12 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   syncPanels();
   syncAttributions();
   syncDisplay();
+  syncDataset();
+  syncDatasetTask();
 
   return () => {
     for (const [event, cb] of listeners) m.off(event, cb);
+    root.removeEventListener("keydown", keepKeys);
     status.dispose();
     client.dispose();
     root.remove();

@@ -50,12 +50,17 @@ function makeModel(state: Partial<CoverageModel> = {}) {
 }
 
 let fills: { style: string; x: number; y: number }[] = [];
+let strokes: { style: string; x: number; y: number; dashed: boolean }[] = [];
 
 beforeEach(() => {
   fills = [];
+  strokes = [];
+  let dash: number[] = [];
   const ctx: any = {
     fillStyle: "", strokeStyle: "", lineWidth: 1,
-    setTransform() {}, clearRect() {}, strokeRect() {},
+    setTransform() {}, clearRect() { strokes = []; },
+    setLineDash(d: number[]) { dash = d; },
+    strokeRect(x: number, y: number) { strokes.push({ style: ctx.strokeStyle, x, y, dashed: dash.length > 0 }); },
     fillRect(x: number, y: number) { fills.push({ style: ctx.fillStyle, x, y }); },
   };
   HTMLCanvasElement.prototype.getContext = vi.fn(() => ctx) as any;
@@ -220,5 +225,48 @@ describe("coverage heatmap", () => {
     cleanup();
     expect(model.listenerCount("change:coverage")).toBe(0);
     expect(model.listenerCount("msg:custom")).toBe(0);
+  });
+
+  it("draws the selection and the keyboard cursor differently, and the cursor follows the selection when re-sorted", () => {
+    const model = makeModel({ coverage: coverage() });
+    const { el } = mount(model);
+    const canvas = el.querySelector("canvas")!;
+    // Select scene_000001 (position 2 when sorted by coverage ascending), then re-sort.
+    canvas.dispatchEvent(new MouseEvent("click", { clientX: 2 * 21 + 3, clientY: 3 }));
+    expect(model.get("selected_scene")).toBe("scene_000001");
+    canvas.focus();
+    const sel = el.querySelector(".vl-cov-sort") as HTMLSelectElement;
+    sel.value = "scene_id";
+    sel.dispatchEvent(new Event("change"));
+    // By scene id scene_000001 moved to position 1; cursor and selection are both there.
+    const solid = strokes.filter((s) => !s.dashed);
+    const dashed = strokes.filter((s) => s.dashed);
+    expect(solid.length).toBeGreaterThan(0);
+    expect(dashed.length).toBe(1);
+    const cellOf = (s: { x: number }) => Math.floor(s.x / 21);
+    expect(new Set(solid.map(cellOf))).toEqual(new Set([1]));
+    expect(cellOf(dashed[0])).toBe(1);
+    // Moving the cursor away leaves a dashed ring on another cell and the solid one in place.
+    canvas.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
+    expect(strokes.filter((s) => s.dashed).map(cellOf)).toEqual([2]);
+    expect(new Set(strokes.filter((s) => !s.dashed).map(cellOf))).toEqual(new Set([1]));
+    expect(el.querySelector(".vl-cov-legend")!.textContent).toContain("keyboard cursor");
+  });
+
+  it("lists member names that are not UTF-8 with their tar, collapsed", () => {
+    const cov = coverage();
+    const odd = Array.from({ length: 7 }, (_, i) => `shard-${i}.tar: sc\\xe8ne/snippet_${i}.rgb.jpg`);
+    (cov.totals as any).non_utf8_members = 9;
+    (cov.totals as any).non_utf8_examples = odd;
+    const { el } = mount(makeModel({ coverage: cov }));
+    const totals = el.querySelector(".vl-cov-totals")!;
+    expect(totals.textContent).toContain("9 member names not valid UTF-8");
+    const box = [...totals.querySelectorAll(".vl-cov-unparseable")].at(-1)!;
+    expect([...box.querySelectorAll("li")].map((li) => li.textContent)).toEqual(odd.slice(0, 3));
+    (box.querySelector(".vl-collapsed-toggle") as HTMLButtonElement).click();
+    const items = [...box.querySelectorAll("li")].map((li) => li.textContent);
+    expect(items.slice(0, 7)).toEqual(odd);
+    expect(items[7]).toBe("… and 2 more not listed");
+    expect(items[0]).toContain("shard-0.tar: sc\\xe8ne");
   });
 });

@@ -11,7 +11,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import "../lib/theme.css";
 import "./coverage_heatmap.css";
 import { BAD_RGB, colormap, gradientCss, lutIndex, type ColormapName } from "../lib/colormap";
-import { downloadText, h, replaceChildren } from "../lib/dom";
+import { collapsedList, downloadText, h, replaceChildren } from "../lib/dom";
 import { decode, formatNumber, type Table } from "../lib/payload";
 import { CommandClient, type CommandError } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -277,15 +277,33 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
       ctx.fillRect((p % layout.cols) * step, Math.floor(p / layout.cols) * step, layout.cell, layout.cell);
       if (selected && rows.sceneId(i) === selected) selPos = p;
     }
+    // Two states, two looks: the selected scene has a solid double ring (dark outside,
+    // light inside, visible on any colour); the keyboard cursor a dashed brand-colour ring
+    // drawn inside it, so both read apart even on one cell.
     const css = getComputedStyle(root);
-    const outline = (p: number, color: string, w: number) => {
+    const outline = (p: number, color: string, w: number, inset: number, dash: number[]) => {
       if (p < 0) return;
+      ctx.setLineDash?.(dash);
       ctx.strokeStyle = color;
       ctx.lineWidth = w;
-      ctx.strokeRect((p % layout.cols) * step + w / 2 - 0.5, Math.floor(p / layout.cols) * step + w / 2 - 0.5, layout.cell - w + 1, layout.cell - w + 1);
+      const o = inset + w / 2;
+      ctx.strokeRect((p % layout.cols) * step + o, Math.floor(p / layout.cols) * step + o, layout.cell - 2 * o, layout.cell - 2 * o);
     };
-    outline(selPos, css.getPropertyValue("--jp-ui-font-color0").trim() || "#000", 2);
-    if (document.activeElement === canvas) outline(ui.cursor, css.getPropertyValue("--jp-brand-color1").trim() || "#1976d2", 2);
+    if (selPos >= 0) {
+      outline(selPos, css.getPropertyValue("--jp-ui-font-color0").trim() || "#000", 2, 0, []);
+      if (layout.cell >= 8) outline(selPos, css.getPropertyValue("--jp-layout-color0").trim() || "#fff", 1, 2, []);
+    }
+    if (document.activeElement === canvas) {
+      const inset = selPos === ui.cursor && layout.cell >= 10 ? 3 : 0;
+      outline(ui.cursor, css.getPropertyValue("--jp-brand-color1").trim() || "#1976d2", 2, inset, [3, 2]);
+    }
+    ctx.setLineDash?.([]);
+  }
+
+  function positionOf(sceneId: string): number {
+    if (!rows || !sceneId) return -1;
+    for (let p = 0; p < order.length; p++) if (rows.sceneId(order[p]) === sceneId) return p;
+    return -1;
   }
 
   function describe(p: number): string {
@@ -365,11 +383,18 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
     if (t.members_scanned !== null && t.members_scanned !== undefined) items.push(["members", formatNumber(t.members_scanned)]);
     replaceChildren(totalsEl, ...items.map(([k, v]) => h("div", { class: `vl-cov-total ${k === "missing from store" && t.missing_in_store ? "vl-cov-gap" : ""} ${k === "outside raw data" && t.outside_dataset ? "vl-cov-gap" : ""}` },
       h("div", { class: "vl-cov-total-value" }, v), h("div", { class: "vl-muted vl-cov-total-label" }, k))));
+    const notice = (count: number, badge: string, examples: string[], what: string, note = "") =>
+      totalsEl.append(h("div", { class: "vl-cov-unparseable" },
+        h("span", { class: "vl-badge vl-warn" }, badge), note ? ` ${note}` : "",
+        collapsedList(examples, { limit: 3, total: count, listClass: "vl-mono vl-muted", what })));
     if (t.unparseable_members) {
-      const ex = (t.unparseable_examples as string[]) ?? [];
-      totalsEl.append(h("div", { class: "vl-cov-unparseable", title: ex.join("\n") },
-        h("span", { class: "vl-badge vl-warn" }, `${formatNumber(t.unparseable_members)} unparseable members`),
-        " ", h("span", { class: "vl-mono vl-muted" }, ex.slice(0, 3).join(", ") + (ex.length > 3 ? ", …" : ""))));
+      notice(t.unparseable_members, `${formatNumber(t.unparseable_members)} unparseable members`,
+        (t.unparseable_examples as string[]) ?? [], "unparseable members");
+    }
+    if (t.non_utf8_members) {
+      notice(t.non_utf8_members, `${formatNumber(t.non_utf8_members)} member names not valid UTF-8`,
+        (t.non_utf8_examples as string[]) ?? [], "member names that are not UTF-8",
+        "shown with \\xNN escapes, per tar:");
     }
   }
 
@@ -379,7 +404,11 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
       h("span", { class: "vl-cov-gradient", style: `background: ${gradientCss(ui.cmap, 16)}`, role: "img", "aria-label": `colour scale ${ui.cmap}, 0% to 100% coverage` }),
       h("span", { class: "vl-muted" }, "100%"),
       h("span", { class: "vl-cov-na", style: `background: rgb(${BAD_RGB.join(",")})` }),
-      h("span", { class: "vl-muted" }, "n/a (no raw snippets)"));
+      h("span", { class: "vl-muted" }, "n/a (no raw snippets)"),
+      h("span", { class: "vl-cov-key vl-cov-key-selected", "aria-hidden": "true" }),
+      h("span", { class: "vl-muted" }, "selected"),
+      h("span", { class: "vl-cov-key vl-cov-key-cursor", "aria-hidden": "true" }),
+      h("span", { class: "vl-muted" }, "keyboard cursor"));
   }
 
   function renderTable() {
@@ -417,7 +446,8 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
     dirBtn.textContent = ui.desc ? "descending" : "ascending";
     if (!rows) return;
     order = sortOrder(rows, ui.sort, ui.desc);
-    ui.cursor = 0;
+    // The cursor stays on the selected scene (at its new place), not on whatever moved to 0.
+    ui.cursor = Math.max(0, positionOf(model.get("selected_scene")));
     ui.page = 0;
     draw();
     renderTable();

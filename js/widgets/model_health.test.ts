@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
-import { summaryBoxesSvg } from "../lib/histogram";
-import widget, { SUMMARY_FIELDS, nonFiniteText, statText } from "./model_health";
+import { statText, summaryBoxesSvg } from "../lib/histogram";
+import widget, { SUMMARY_FIELDS, nonFiniteText } from "./model_health";
 
 // <root> > enc > enc.0 (origin), enc.1 ; head
 const PATHS = ["<root>", "enc", "enc.0", "enc.1", "head"];
@@ -111,8 +111,8 @@ describe("model health view", () => {
     const { el, model } = setup("diff");
     expect(el.querySelector(".vl-mh-mode")!.textContent).toBe("A vs B · first divergent: enc");
     const bar = cell(el, "1", "mh_drift").querySelector<HTMLElement>(".vl-mh-drift-bar")!;
-    expect(bar.style.width).toBe("100%"); // 0.4 is the largest finite drift
-    expect(cell(el, "enc", "mh_drift").querySelector<HTMLElement>(".vl-mh-drift-bar")!.style.width).toBe("25%");
+    expect(bar.style.width).toBe("calc(1 * (100% - 64px))"); // 0.4 is the largest finite drift
+    expect(cell(el, "enc", "mh_drift").querySelector<HTMLElement>(".vl-mh-drift-bar")!.style.width).toBe("calc(0.25 * (100% - 64px))");
     expect(cell(el, "0", "mh_drift").querySelector(".vl-mh-drift-nonfinite")).not.toBeNull(); // inf drift: full, red
     expect(cell(el, "0", "mh_drift").textContent).toBe("Infinity");
     row(el, "1").querySelector(".vl-mt-name")!.dispatchEvent(new MouseEvent("click", { bubbles: true }));

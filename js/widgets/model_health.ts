@@ -7,7 +7,7 @@ import "../lib/theme.css";
 import "./module_table.css";
 import "./model_health.css";
 import { h, replaceChildren } from "../lib/dom";
-import { summaryBoxesSvg } from "../lib/histogram";
+import { statText, summaryBoxesSvg } from "../lib/histogram";
 import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -75,14 +75,6 @@ export class HealthRows {
   }
 }
 
-/** A statistic as short text: 4 significant digits, exponent for very large/small. */
-export function statText(v: number): string {
-  if (Number.isNaN(v)) return "NaN";
-  if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
-  const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
-  return String(Number(v.toPrecision(4)));
-}
 
 function fromWire(v: number | { $float: string } | null | undefined): number {
   if (v === null || v === undefined) return NaN;
@@ -124,7 +116,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
   el.append(root);
 
   const statColumn = (key: string, label: string, title: string, value: (i: number) => number): ModuleExtraColumn => ({
-    key, label, title, minWidth: 84, align: "right",
+    key, label, title, minWidth: 76, align: "right",
     render: (i, cell) => setText(cell, rows.has("a", i) ? statText(value(i)) : ""),
     sortValue: value,
   });
@@ -134,7 +126,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
       statColumn("mh_mean", mode === "diff" ? "Mean A" : "Mean", "Mean of the finite output values", (i) => rows.get("a_mean", i)),
       statColumn("mh_std", mode === "diff" ? "Std A" : "Std", "Standard deviation of the finite output values", (i) => rows.get("a_std", i)),
       {
-        key: "mh_nonfinite", label: "Non-finite", minWidth: 90, align: "right",
+        key: "mh_nonfinite", label: "Non-finite", minWidth: 84, align: "right",
         title: "NaN and infinite output values",
         render: (i, cell) => {
           const v = rows.nonFinite("a", i);
@@ -146,7 +138,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
     ];
     if (mode === "diff") {
       cols.push({
-        key: "mh_drift", label: "Drift", minWidth: 150, grow: 1,
+        key: "mh_drift", label: "Drift", minWidth: 120, grow: 1,
         title: "Relative L2 difference of B's output from A's (‖a−b‖ / ‖a‖); the bar is relative to the largest",
         render: (i, cell) => {
           let bar = cell.firstElementChild as HTMLElement | null;
@@ -158,8 +150,9 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
           }
           const v = rows.get("relative_l2", i);
           const known = rows.has("b", i);
-          const width = !known ? 0 : Number.isFinite(v) ? (maxDrift > 0 ? (v / maxDrift) * 100 : 0) : 100;
-          bar.style.width = `${width.toFixed(1)}%`;
+          const frac = !known ? 0 : Number.isFinite(v) ? (maxDrift > 0 ? v / maxDrift : 0) : 1;
+          // The bar shares the cell with its number: it spans what the text leaves.
+          bar.style.width = `calc((100% - 64px) * ${frac.toFixed(3)})`;
           bar.classList.toggle("vl-mh-drift-nonfinite", known && !Number.isFinite(v));
           setText(text, known ? statText(v) : "");
         },
@@ -173,7 +166,8 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
   function buildTable(): void {
     mt?.dispose();
     mt = createModuleTable(model, {
-      title: null, height: 360, extraColumns: columns(),
+      // The statistics are what this view is for: of the module columns keep type and size.
+      title: null, height: 360, extraColumns: columns(), baseColumns: ["type", "direct_parameters"],
       rowClass: (i) => (rows.get("origin", i) === 1 ? "vl-mh-origin" : rows.get("reached", i) === 1 ? "vl-mh-reached" : ""),
     });
     replaceChildren(tableHost, mt.el);

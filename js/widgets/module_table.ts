@@ -121,6 +121,8 @@ export interface ModuleExtraColumn extends VTColumn {
 export interface ModuleTableOptions {
   height?: number;
   extraColumns?: ModuleExtraColumn[];
+  /** Keys of the module table's own columns to show (default: all); "path" is always shown. */
+  baseColumns?: string[];
   /** Extra class names for the row of module `i` (e.g. a highlighted NaN origin). */
   rowClass?(i: number): string;
   /** Title shown in the toolbar (the snapshot browser uses its own). */
@@ -156,7 +158,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   const extra = new Map((opts.extraColumns ?? []).map((c) => [c.key, c]));
 
   const search = h("input", {
-    class: "vl-input vl-mt-search", type: "search", placeholder: "Filter by path…",
+    class: "vl-input vl-mt-search", type: "search", placeholder: "Filter paths",
     "aria-label": "Filter modules by path",
   });
   const typeSelect = h("select", { class: "vl-input vl-mt-type-filter", "aria-label": "Filter modules by type" });
@@ -183,7 +185,9 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   const title = opts.title === null ? null : h("span", { class: "vl-title" }, opts.title ?? "Modules");
 
   const table = new VirtualTable({
-    columns: [...COLUMNS, ...(opts.extraColumns ?? []).map((c) => ({ ...c, sortable: c.sortable ?? Boolean(c.sortValue) }))],
+    columns: [
+      ...COLUMNS.filter((c) => c.key === "path" || !opts.baseColumns || opts.baseColumns.includes(c.key)),
+      ...(opts.extraColumns ?? []).map((c) => ({ ...c, sortable: c.sortable ?? Boolean(c.sortValue) }))],
     height: opts.height ?? 360,
     label: "Model modules",
     renderCell,

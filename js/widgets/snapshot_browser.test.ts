@@ -36,7 +36,7 @@ function setup(state: Record<string, any> = {}) {
     modules: {}, model_summary: {}, selected_paths: ["head"], tree_view: true,
     snapshot_table: payload(),
     capture_summary: { tensors: 3, max_tensors: 64, sampled_bytes: 26, max_bytes: 16384, modules: 2, ok: true, error: null },
-    limits: { max_tensors: 64, max_samples_per_tensor: 32, max_bytes: 16384, max_traversal_nodes: 4096, max_container_depth: 32 },
+    limits: { max_tensors: 64, max_samples_per_tensor: 32, max_bytes: 16384, max_traversal_nodes: 4096, max_container_depth: 32, max_summary_elements: 262144 },
     can_capture: true, embedded_table: false,
     status: "idle", error: "", error_traceback: "",
     ...state,
@@ -144,6 +144,8 @@ describe("snapshot browser", () => {
     model.kernelSet("snapshot_table", p);
     rowEl(el, 0).click();
     expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["0.1", "0.33333334", "NaN", "3", "4", "5"]);
+    // the CSV keeps what the kernel holds, as vinlens.export writes it
+    expect(snapshotsCsv(new Snapshots(p)).split("\r\n")[1]).toContain('"[0.10000000149011612,0.3333333432674408,""NaN"",3,4,5]"');
   });
 
   it("sizes the path columns to their content, shows full text on hover, never clips a header", () => {
@@ -154,14 +156,44 @@ describe("snapshot browser", () => {
     const { el } = setup({ snapshot_table: p });
     const grid = el.querySelector<HTMLElement>(".vl-sb-results .vl-vt")!;
     const tracks = grid.style.getPropertyValue("--vl-vt-cols").split(" ");
-    expect(tracks[0]).toBe(`${Math.min(520, long.length * 7 + 18)}px`); // jsdom: estimated width
+    expect(tracks[0]).toBe(`minmax(${Math.min(420, long.length * 7 + 18)}px,`); // jsdom: estimated width
     const cell = rowEl(el, 0).querySelector<HTMLElement>('[data-key="module_path"]')!;
     expect(cell.title).toBe(long);
     const last = el.querySelector<HTMLElement>('.vl-sb-results .vl-vt-hcell[data-key="sample_omission_reason"]')!;
-    expect(last.title).toBe("Not sampled because");
+    expect(last.title).toBe("Not sampled: Why the values were not sampled (metadata only)");
     // the last track is never narrower than its label needs
-    expect(Number.parseInt(tracks.at(-1)!, 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled because".length * 7.5) + 18);
+    expect(Number.parseInt(tracks.at(-2)!.replace("minmax(", ""), 10)).toBeGreaterThanOrEqual(Math.ceil("Not sampled".length * 8.2) + 22);
     expect(el.querySelectorAll(".vl-sb-results .vl-vt-resizer").length).toBe(10);
+  });
+
+  it("shows the whole-tensor summary beside the sample, and allows 0 summary elements", () => {
+    const p = payload();
+    const f64 = (name: string, values: number[]) => ({ name, dtype: "float64", data: dataView(Float64Array.from(values)) });
+    p.table.$table.columns.push(
+      { name: "has_summary", dtype: "bool", data: dataView(Uint8Array.from([1, 0, 0])) } as any,
+      f64("summary_count", [6, NaN, NaN]) as any, f64("summary_mean", [2.5, NaN, NaN]) as any,
+      f64("summary_std", [1.5, NaN, NaN]) as any, f64("summary_min", [-1, NaN, NaN]) as any,
+      f64("summary_max", [5, NaN, NaN]) as any, f64("summary_zero_fraction", [0, NaN, NaN]) as any,
+      f64("summary_nan_count", [1, NaN, NaN]) as any, f64("summary_posinf_count", [0, NaN, NaN]) as any,
+      f64("summary_neginf_count", [0, NaN, NaN]) as any,
+    );
+    const { el, model } = setup({ snapshot_table: p });
+    rowEl(el, 0).click();
+    const whole = el.querySelector(".vl-sb-whole")!;
+    expect(whole.textContent).toContain("All 6 values: mean 2.5 ± 1.5 · range [-1, 5] · zeros 0 % · 1 NaN");
+    expect(whole.querySelector(".vl-sb-nonfinite")).not.toBeNull();
+    expect(whole.querySelector("svg.vl-boxes rect")).not.toBeNull();
+    rowEl(el, 1).click();
+    expect(el.querySelector(".vl-sb-whole")).toBeNull(); // a bool tensor has no summary
+    const input = el.querySelector<HTMLInputElement>('input[name="max_summary_elements"]')!;
+    expect(input.value).toBe("262144");
+    input.value = "0";
+    input.dispatchEvent(new Event("input"));
+    expect(input.getAttribute("aria-invalid")).toBe("false");
+    expect(model.get("limits").max_summary_elements).toBe(0);
+    input.value = "-1";
+    input.dispatchEvent(new Event("input"));
+    expect(el.querySelector(".vl-sb-limit-problem")!.textContent).toContain("max_summary_elements must be a non-negative whole number");
   });
 
   it("builds the CSV with the export columns and downloads it", () => {

@@ -6,7 +6,7 @@ import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
 import "./snapshot_browser.css";
 import { csvField, downloadText, h, replaceChildren } from "../lib/dom";
-import { histogramSvg } from "../lib/histogram";
+import { histogramSvg, statText, summaryBoxesSvg } from "../lib/histogram";
 import { decodeArray, decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -32,7 +32,11 @@ export const LIMIT_FIELDS: [string, string][] = [
   ["max_bytes", "Source-dtype bytes copied in total"],
   ["max_traversal_nodes", "Containers and leaves visited in one input or output walk"],
   ["max_container_depth", "Container edges followed from an input or output root"],
+  ["max_summary_elements", "Tensor elements read in total for whole-tensor summaries (0: none)"],
 ];
+
+/** Limits that may be 0 (the engine's rule: 0 turns the feature off). */
+const ZERO_ALLOWED = new Set(["max_summary_elements"]);
 
 const CSV_COLUMNS = [
   "module_path", "call_index", "direction", "tensor_path", "shape", "dtype", "device",
@@ -42,14 +46,14 @@ const CSV_COLUMNS = [
 const COLUMNS: VTColumn[] = [
   { key: "module_path", label: "Module", minWidth: 160, grow: 3 },
   { key: "call_index", label: "Call", minWidth: 50, align: "right" },
-  { key: "direction", label: "Side", minWidth: 64 },
-  { key: "tensor_path", label: "Tensor", minWidth: 120, grow: 2 },
-  { key: "shape", label: "Shape", minWidth: 110, grow: 1 },
-  { key: "dtype", label: "Dtype", minWidth: 110 },
-  { key: "device", label: "Device", minWidth: 70 },
-  { key: "numel", label: "Numel", minWidth: 80, align: "right" },
-  { key: "sampled_bytes", label: "Bytes", minWidth: 70, align: "right", title: "Source-dtype bytes of the sampled values" },
-  { key: "sample_omission_reason", label: "Not sampled because", minWidth: 140, grow: 1 },
+  { key: "direction", label: "Side", minWidth: 60 },
+  { key: "tensor_path", label: "Tensor", minWidth: 110, grow: 2 },
+  { key: "shape", label: "Shape", minWidth: 90, grow: 1 },
+  { key: "dtype", label: "Dtype", minWidth: 100 },
+  { key: "device", label: "Device", minWidth: 64 },
+  { key: "numel", label: "Numel", minWidth: 70, align: "right" },
+  { key: "sampled_bytes", label: "Bytes", minWidth: 60, align: "right", title: "Source-dtype bytes of the sampled values" },
+  { key: "sample_omission_reason", label: "Not sampled", minWidth: 100, grow: 1, title: "Why the values were not sampled (metadata only)" },
 ];
 
 const FITTED_COLUMNS = ["module_path", "tensor_path", "shape", "dtype", "sample_omission_reason"];
@@ -81,11 +85,15 @@ export class Snapshots {
     return this.values.subarray(start, start + this.num(row, "values_count"));
   }
 
-  /** Sampled values as text: booleans as true/false, integers exactly, floats at their dtype's precision. */
-  sampleText(row: number): string[] {
+  /**
+   * Sampled values as text: booleans as true/false, integers exactly, floats at their
+   * dtype's precision (`exact`: as the kernel holds them, for the CSV that must match
+   * `vinlens.export`).
+   */
+  sampleText(row: number, exact = false): string[] {
     const dtype = this.text(row, "dtype");
     const isBool = dtype === "torch.bool";
-    const bits = MANTISSA_BITS[dtype];
+    const bits = exact ? undefined : MANTISSA_BITS[dtype];
     return Array.from(this.sample(row), (v) => (isBool ? (v ? "true" : "false") : numberText(v, bits)));
   }
 
@@ -132,7 +140,7 @@ export function snapshotsCsv(s: Snapshots): string {
   for (let r = 0; r < s.length; r++) {
     const cells = CSV_COLUMNS.map((name) => {
       // JSON like vinlens.export writes it: non-finite floats as strings.
-      if (name === "values") return csvField(`[${s.sampleText(r).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
+      if (name === "values") return csvField(`[${s.sampleText(r, true).map((t) => (NON_FINITE.has(t) ? `"${t}"` : t)).join(",")}]`);
       return csvField(s.text(r, name));
     });
     lines.push(cells.join(","));
@@ -154,7 +162,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
   const limitInputs = new Map<string, HTMLInputElement>();
   const limitsForm = h("fieldset", { class: "vl-sb-limits" }, h("legend", {}, "Capture limits"));
   for (const [name, help] of LIMIT_FIELDS) {
-    const input = h("input", { class: "vl-input vl-sb-limit", type: "number", min: 1, step: 1, name, "aria-label": name });
+    const input = h("input", { class: "vl-input vl-sb-limit", type: "number", min: ZERO_ALLOWED.has(name) ? 0 : 1, step: 1, name, "aria-label": name });
     input.addEventListener("input", () => onLimitInput());
     limitInputs.set(name, input);
     limitsForm.append(h("label", { class: "vl-sb-limit-field", title: help }, h("span", { class: "vl-mono" }, name), input));
@@ -229,9 +237,10 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     for (const [name, input] of limitInputs) {
       const v = input.value.trim() === "" ? null : Number(input.value);
       values[name] = v === null || Number.isNaN(v) ? null : v;
-      const ok = v !== null && Number.isInteger(v) && v > 0;
+      const floor = ZERO_ALLOWED.has(name) ? 0 : 1;
+      const ok = v !== null && Number.isInteger(v) && v >= floor;
       input.setAttribute("aria-invalid", ok ? "false" : "true");
-      if (!ok) problems.push(`${name} must be a positive whole number`);
+      if (!ok) problems.push(`${name} must be a ${floor ? "positive" : "non-negative"} whole number`);
     }
     return { values, problems };
   }
@@ -262,7 +271,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     table.setRowCount(snaps.length);
     // Paths are what people read here: size those columns to their longest entry
     // (bounded; the user can still drag a header edge).
-    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 520 : 360);
+    for (const key of FITTED_COLUMNS) if (snaps.table) table.fitColumn(key, snaps.longest(key), key === "module_path" ? 420 : 300);
     download.disabled = snaps.length === 0;
     loadSummary();
   }
@@ -307,12 +316,27 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     const valuesBox = h("div", { class: "vl-sb-values vl-mono", "aria-label": "Sampled values (row-major prefix)" },
       ...shown.map((t) => h("span", { class: "vl-sb-value" }, t)),
       texts.length > shown.length ? h("span", { class: "vl-muted" }, ` … ${texts.length - shown.length} more`) : null);
+    const whole = wholeTensor(r);
     const body = reason
       ? h("div", { class: "vl-sb-reason" }, "Values not sampled: ", h("b", {}, reason))
       : texts.length === 0
         ? h("div", { class: "vl-muted" }, numel === 0 ? "Empty tensor: no values." : "No values sampled (quota reached).")
         : h("div", { class: "vl-sb-sample" }, histogramSvg(snaps.sample(r)), valuesBox);
-    replaceChildren(detail, h("div", { class: "vl-sb-detail-title" }, "Snapshot detail"), facts, body);
+    replaceChildren(detail, h("div", { class: "vl-sb-detail-title" }, "Snapshot detail"), facts, whole, body);
+  }
+
+  /** The whole-tensor summary (computed on the tensor's device), or null when there is none. */
+  function wholeTensor(r: number): HTMLElement | null {
+    if (!snaps.table?.columns.some((c) => c.name === "has_summary") || snaps.num(r, "has_summary") !== 1) return null;
+    const v = (f: string) => snaps.num(r, `summary_${f}`);
+    const nonFinite = [[v("nan_count"), "NaN"], [v("posinf_count"), "+Inf"], [v("neginf_count"), "−Inf"]]
+      .filter(([n]) => (n as number) > 0).map(([n, what]) => `${formatNumber(n as number)} ${what}`);
+    const text = `mean ${statText(v("mean"))} ± ${statText(v("std"))} · range [${statText(v("min"))}, ${statText(v("max"))}]`
+      + ` · zeros ${statText(100 * v("zero_fraction"))} % · ${nonFinite.length ? nonFinite.join(", ") : "all finite"}`;
+    return h("div", { class: "vl-sb-whole" },
+      h("span", { class: "vl-sb-fact-key" }, `All ${formatNumber(v("count"))} values: `),
+      h("span", { class: `vl-mono${nonFinite.length ? " vl-sb-nonfinite" : ""}` }, text),
+      summaryBoxesSvg([{ label: "", min: v("min"), max: v("max"), mean: v("mean"), std: v("std") }], { width: 240, rowHeight: 22 }));
   }
 
   captureButton.addEventListener("click", () => {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { FakeModel, dataView, stringColumn } from "../lib/fake-model";
-import widget, { formatBytes, seriesHistogram, type DashboardModel, type Series } from "./store_dashboard";
+import widget, { formatBytes, formatMiB, seriesHistogram, type DashboardModel, type Series } from "./store_dashboard";
 
 const HOSTILE = "<img src=x onerror=alert(1)>";
 
@@ -227,11 +227,53 @@ describe("helpers", () => {
     expect(formatBytes(512)).toBe("512 B");
     expect(formatBytes(1536)).toBe("1.5 KiB");
     expect(formatBytes(null)).toBe("–");
+    expect(formatMiB(9.817e-4)).toBe("1.0 KiB");
+    expect(formatMiB(1536)).toBe("1.5 GiB");
   });
 
   it("bins a series only when it has values", () => {
     expect(seriesHistogram(series("x", "x", null, "n/a"), 10)).toBeNull();
     const decoded = { ...series("x", "x", [1.5, 2.5]), values: { dtype: "float32" as const, shape: [2], data: new Float32Array([1.5, 2.5]) } };
     expect(seriesHistogram(decoded, 4)!.counts.length).toBe(4);
+  });
+});
+
+describe("dashboard polish", () => {
+  it("picks the memory unit per value instead of printing tiny MiB", () => {
+    const memory = [
+      { component: "labels", mean_mib: 9.817e-4, median_mib: 0.5 / 1024 / 1024, p95_mib: 2.5 },
+      { component: "backbone", mean_mib: 2048, median_mib: 2.5, p95_mib: 700 },
+    ];
+    const { el } = mount(makeModel({ payload: payload({ memory }) }));
+    (el.querySelector('.vl-sd-tabbtn[data-tab="memory"]') as HTMLElement).click();
+    const rows = [...el.querySelectorAll(".vl-sd-table tbody tr")].slice(0, 2).map((tr) => [...tr.children].map((td) => td.textContent));
+    expect(rows).toEqual([["labels", "1.0 KiB", "0.5 B", "2.5 MiB"], ["backbone", "2.0 GiB", "2.5 MiB", "700 MiB"]]);
+    expect(el.querySelector(".vl-sd-tab")!.textContent).not.toMatch(/e-\d/);
+  });
+
+  it("collapses a long list of unpaired keys behind show all", () => {
+    const keys = Array.from({ length: 32 }, (_, i) => `scene/snippet/${i}`);
+    const p = payload();
+    (p as any).pairs = { ...(p as any).pairs, unpaired_count: 40, unpaired_examples: keys };
+    const { el } = mount(makeModel({ payload: p }));
+    (el.querySelector('.vl-sd-tabbtn[data-tab="components"]') as HTMLElement).click();
+    const note = el.querySelector(".vl-sd-pairnote")!;
+    const items = () => [...note.querySelectorAll("li")].map((li) => li.textContent);
+    expect(items()).toEqual(keys.slice(0, 5));
+    const toggle = note.querySelector(".vl-collapsed-toggle") as HTMLButtonElement;
+    expect(toggle.textContent).toBe("show all 32");
+    toggle.click();
+    expect(items()).toEqual([...keys, "… and 8 more not listed"]);
+    expect(note.textContent).not.toContain(",");
+    toggle.click();
+    expect(items()).toHaveLength(5);
+  });
+
+  it("reserves each tab label's bold width so the active tab does not move the others", () => {
+    const { el } = mount(makeModel({ payload: payload() }));
+    for (const b of el.querySelectorAll(".vl-sd-tabbtn")) {
+      const label = b.querySelector(".vl-sd-tablabel")!;
+      expect(label.getAttribute("data-label")).toBe(b.textContent);
+    }
   });
 });

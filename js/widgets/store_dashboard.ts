@@ -13,7 +13,7 @@ import "./store_dashboard.css";
 import {
   barChartSvg, binValues, histogramSvg, scatterPlot, type Histogram, type ScatterPlot,
 } from "../lib/charts";
-import { h, replaceChildren } from "../lib/dom";
+import { collapsedList, h, replaceChildren } from "../lib/dom";
 import { decode, formatNumber, type NDArray, type Table } from "../lib/payload";
 import { CommandClient, type CommandError } from "../lib/protocol";
 import { statusView } from "../lib/status";
@@ -95,6 +95,7 @@ type TabKey = (typeof TABS)[number][0];
 
 const BIN_CHOICES = [10, 20, 30, 50, 80];
 
+/** Bytes with the unit that suits the value: B, KiB, MiB, GiB or TiB. */
 export function formatBytes(n: number | null | undefined): string {
   if (n === null || n === undefined || !Number.isFinite(n)) return "–";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -104,7 +105,12 @@ export function formatBytes(n: number | null | undefined): string {
     v /= 1024;
     u++;
   }
-  return u === 0 ? `${formatNumber(v)} B` : `${v.toFixed(v >= 100 ? 0 : 1)} ${units[u]}`;
+  return u === 0 ? `${formatNumber(v)} B` : `${v.toFixed(Math.abs(v) >= 100 ? 0 : 1)} ${units[u]}`;
+}
+
+/** The engine reports memory in MiB; shown with the unit that suits each value. */
+export function formatMiB(mib: number | null | undefined): string {
+  return mib === null || mib === undefined ? "–" : formatBytes(mib * 1024 * 1024);
 }
 
 function num(v: number | null | undefined): string {
@@ -314,7 +320,9 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
     const pairNote = h("div", { class: `vl-sd-pairnote ${unpaired ? "vl-sd-warnline" : "vl-muted"}` },
       `${formatNumber(unpaired)} sampled labelled sample${unpaired === 1 ? "" : "s"} without candidate IDs (unpaired; marginals still counted)`,
       unpaired && pairs.unpaired_examples.length
-        ? h("div", { class: "vl-mono vl-sd-examples", title: "first unpaired sample keys" }, pairs.unpaired_examples.join(", ") + (unpaired > pairs.unpaired_examples.length ? ", …" : ""))
+        ? h("div", { class: "vl-sd-examples" }, collapsedList(pairs.unpaired_examples, {
+          total: unpaired, listClass: "vl-mono", what: "unpaired sample keys",
+        }))
         : null);
     const stats = chosen
       ? h("div", { class: "vl-muted" }, `${formatNumber(chosen.count)} pairs` + (chosen.pearson === null || chosen.pearson === undefined || Number.isNaN(chosen.pearson) ? "" : ` · Pearson r ${chosen.pearson.toFixed(3)}`))
@@ -358,12 +366,12 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
     const mem = p.memory as { component: string; mean_mib: number; median_mib: number; p95_mib: number }[];
     const bb = p.backbone as Record<string, any>[];
     const memChart = mem.length
-      ? barChartSvg(mem.map((m) => ({ label: m.component, value: m.mean_mib, text: `${formatNumber(m.mean_mib)} MiB`, title: `${m.component}: mean ${formatNumber(m.mean_mib)} MiB, median ${formatNumber(m.median_mib)}, p95 ${formatNumber(m.p95_mib)}` })), { width: 360, labelWidth: 120 })
+      ? barChartSvg(mem.map((m) => ({ label: m.component, value: m.mean_mib, text: formatMiB(m.mean_mib), title: `${m.component}: mean ${formatMiB(m.mean_mib)}, median ${formatMiB(m.median_mib)}, p95 ${formatMiB(m.p95_mib)}` })), { width: 360, labelWidth: 120 })
       : h("div", { class: "vl-muted" }, "no memory estimates");
     return h("div", { class: "vl-sd-tab" },
       h("div", { class: "vl-sd-grid" },
-        card("Memory per sample (mean MiB)", memChart,
-          table(["component", "mean MiB", "median MiB", "p95 MiB"], mem.map((m) => [m.component, num(m.mean_mib), num(m.median_mib), num(m.p95_mib)]), [false, true, true, true]))),
+        card("Memory per sample (mean)", memChart,
+          table(["component", "mean", "median", "p95"], mem.map((m) => [m.component, formatMiB(m.mean_mib), formatMiB(m.median_mib), formatMiB(m.p95_mib)]), [false, true, true, true]))),
       card("Backbone fields",
         bb.length
           ? h("div", { class: "vl-sd-scroll" }, table(["field", "shape", "numel", "rows", "count", "mean", "std", "|mean|", "non-zero"],
@@ -390,7 +398,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
       const b = h("button", {
         class: `vl-sd-tabbtn ${ui.tab === key ? "vl-sd-active" : ""}`, type: "button", role: "tab",
         "aria-selected": ui.tab === key ? "true" : "false", tabindex: ui.tab === key ? 0 : -1, "data-tab": key,
-      }, label);
+      }, h("span", { class: "vl-sd-tablabel", "data-label": label }, label));
       b.addEventListener("click", () => { ui.tab = key; renderBody(); focusTab(); });
       return b;
     });

@@ -55,11 +55,12 @@ def display_text(text: str) -> str:
         pass
     else:
         return text
+    from vinlens.store.coverage import display_name  # the engine's spelling of such names
+
     try:
-        raw = text.encode("utf-8", "surrogateescape")
+        return display_name(text)
     except UnicodeEncodeError:  # a lone surrogate that stands for no byte
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return raw.decode("utf-8", "backslashreplace")
 
 
 def _records_of(obj: Any) -> Sequence[Any]:

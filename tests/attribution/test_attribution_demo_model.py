@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vinlens.attribution import VisionCaptureMode
+from vinlens.attribution import VisionCaptureMode, explain_cameras, map_flatness
 from vinlens.demo import (
     CAMERA_KEYS,
     CAMERA_SHAPES,
     CLASS_NAMES,
+    EVIDENCE_CLASS,
     MultiCameraDemoModel,
     make_camera_images,
 )
@@ -86,3 +87,23 @@ def test_model_input_errors() -> None:
         model({**images, "slam-right": images["slam-right"].repeat(2, 1, 1, 1)})
     with pytest.raises(ValueError, match="capture_mode='mixed'"):
         MultiCameraDemoModel("mixed")
+
+
+@pytest.mark.parametrize("mode", list(VisionCaptureMode))
+@pytest.mark.parametrize("method", ["grad_cam", "grad_cam_plus_plus", "ablation_cam"])
+def test_the_camera_without_evidence_gets_a_near_flat_map(
+    mode: VisionCaptureMode, method: str
+) -> None:
+    # The tour's views: blobs in rgb and slam-left, none in slam-right.
+    views = {
+        key: value[0]
+        for key, value in make_camera_images(
+            evidence={"rgb": (30, 62), "slam-left": (52, 20)}
+        ).items()
+    }
+    model = MultiCameraDemoModel(mode)
+    records = explain_cameras(model, views, EVIDENCE_CLASS, model.camera_targets(), method=method)
+    flatness = map_flatness({r.camera_key: (r.raw_min, r.raw_max) for r in records})
+    assert [key for key, judged in flatness.items() if judged.flat] == ["slam-right"]
+    spreads = {record.camera_key: record.raw_max - record.raw_min for record in records}
+    assert spreads["slam-right"] < 5e-3 * min(spreads["rgb"], spreads["slam-left"])

@@ -16,6 +16,7 @@ from vinlens.attribution import (
     explain_cameras,
     grad_cam,
     grad_cam_plus_plus,
+    near_flat_cameras,
     normalize_map,
 )
 from vinlens.demo import CAMERA_SHAPES, EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
@@ -201,3 +202,15 @@ def test_hot_region_sits_on_the_planted_blob(mode: str, method: str) -> None:
             # The whole hot region (at least half the map's peak) lies within the blob's reach.
             hot = np.argwhere(record.normalized() >= 0.5)
             assert np.hypot(hot[:, 0] - row, hot[:, 1] - col).max() <= 10.0
+
+
+def test_near_flat_cameras_judges_each_sample_with_map_flatness(images: Images) -> None:
+    model = MultiCameraDemoModel("dedicated_layer")
+    records = explain_cameras(model, images, EVIDENCE_CLASS, model.camera_targets())
+    assert near_flat_cameras(records) == frozenset()  # every camera has a planted blob
+    flat = dataclasses.replace(records[0], raw_min=0.5, raw_max=0.5)
+    assert flat.spread == 0.0
+    assert near_flat_cameras([flat]) == {(0, flat.camera_key)}  # alone and flat
+    assert near_flat_cameras([flat, records[1]]) == {(0, flat.camera_key)}
+    with pytest.raises(ValueError, match="relative_spread must be in"):
+        near_flat_cameras(records, relative_spread=1.0)

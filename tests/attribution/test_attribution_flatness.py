@@ -35,7 +35,7 @@ def test_absolute_floor_applies_alone_and_with_one_camera():
 
 
 def test_thresholds_are_inclusive_and_configurable():
-    ranges = {"a": (0.0, 1.0), "b": (0.0, 0.05), "c": (0.0, 0.051)}
+    ranges = {"a": (0.0, 1.0), "b": (0.0, 0.01), "c": (0.0, 0.011)}
     found = map_flatness(ranges)
     assert found["b"].flat and not found["c"].flat
     assert map_flatness(ranges, relative_span=0.2)["c"].flat
@@ -84,7 +84,7 @@ def test_the_largest_camera_is_never_flat_relatively_and_relative_spans_are_in_u
     for f in found.values():
         assert 0.0 <= f.relative_span <= 1.0
         assert f.flat == (
-            f.span <= 1e-6 or (f.camera_key != f.largest_camera and f.relative_span <= 0.05)
+            f.span <= 1e-6 or (f.camera_key != f.largest_camera and f.relative_span <= 0.01)
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -189,7 +190,7 @@ def test_a_shard_that_is_a_file_is_one_line_or_listed(
                     ["store", command, str(store)])  # fmt: skip
         out, err = capsys.readouterr()
         if command == "stats" and code == 0:
-            assert "integrity problems" in out and shard.name in out
+            assert "problems (most severe first)" in out and shard.name in out
         elif code != 0:
             assert code == 1
             _one_line_error(err, str(shard))
@@ -203,6 +204,8 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
         main(["--debug", "store", "info", str(loop)])
     with pytest.raises(OSError):
         main(["store", "info", str(loop), "--debug"])
+    with pytest.raises(OSError):
+        main(["store", "--debug", "info", str(loop)])
     plain, debug = _run("store", "info", str(loop)), _run("store", "info", str(loop), "--debug")
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
     _one_line_error(plain.stderr, str(loop))
@@ -250,3 +253,15 @@ def test_json_output_is_strict(dataset: SyntheticDatasetRecord) -> None:
     result = _run("store", "info", str(dataset.store.store_dir), "--json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["num_samples"] == dataset.store.num_samples
+
+
+def test_nothing_outside_the_cli_package_imports_it() -> None:
+    pattern = re.compile(r"^\s*(from|import)\s+vinlens\.cli\b", re.MULTILINE)
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in (SRC / "vinlens").rglob("*.py")
+        if "cli" not in path.relative_to(SRC / "vinlens").parts and pattern.search(path.read_text())
+    ]
+    assert offenders == []
+    old_homes = ["cli_model.py", "store/cli.py", "store/cli_diagnostics.py", "demo/cli.py"]
+    assert [p for p in old_homes if (SRC / "vinlens" / p).exists()] == []

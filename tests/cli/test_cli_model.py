@@ -101,22 +101,10 @@ def test_input_shape_for_containers_and_errors(capsys: pytest.CaptureFixture[str
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main(["model", "nn.Linear", "--arg", "in_features=2"]) == 1
     assert "cannot construct torch.nn.Linear" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "model",
-                "nn.Linear",
-                "--arg",
-                "in_features=2",
-                "--arg",
-                "out_features=1",
-                "--batch",
-                "0",
-            ]
-        )
-        == 1
-    )
-    assert "--batch must be >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["model", "nn.Linear", "--batch", "0"])
+    assert info.value.code == 2
+    assert "--batch: expected a positive integer, got 0" in capsys.readouterr().err
 
 
 def test_example_inputs_follow_the_layer() -> None:

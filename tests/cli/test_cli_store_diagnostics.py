@@ -10,7 +10,7 @@ import pytest
 from vinlens.cli import main
 from vinlens.cli.table import to_json_value
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
-from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
+from vinlens.store.diagnostics import collect_vin_offline_dataset_stats, dashboard_problems
 from vinlens.store.synthetic import SyntheticDatasetRecord, write_synthetic_dataset
 
 
@@ -26,8 +26,10 @@ def test_stats_json_is_the_record(
     assert main(["store", "stats", store, "--max-samples", "5", "--json"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
-    expected = to_json_value(collect_vin_offline_dataset_stats(store, max_samples=5))
-    assert data == json.loads(json.dumps(expected))
+    record = collect_vin_offline_dataset_stats(store, max_samples=5)
+    problems = data.pop("problems")
+    assert data == json.loads(json.dumps(to_json_value(record)))
+    assert problems == dashboard_problems(record)
     assert data["sampled_samples"] == 5 and err == ""
 
     assert main(["store", "stats", store, "--all", "--json"]) == 0
@@ -100,7 +102,7 @@ def test_stats_help_says_what_it_does(capsys: pytest.CaptureFixture[str]) -> Non
     assert info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "Scan a store and print its statistics" in text
-    assert "integrity problem" in text and "--all reads every row" in text
+    assert "ranked as the store dashboard ranks them" in text and "--all reads every row" in text
     assert "seed" not in text.lower()
 
 
@@ -120,3 +122,22 @@ def test_stats_distribution_numbers_are_right_aligned(
         end = header.index(column) + len(column)
         for row in rows:
             assert row[end - 1] != " " and (len(row) == end or row[end] == " "), (column, row)
+
+
+def test_stats_lists_the_problems_the_dashboard_shows(
+    dataset: SyntheticDatasetRecord, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(dataset.store.store_dir)
+    assert main(["store", "stats", store, "--all"]) == 0
+    out = capsys.readouterr().out
+    problems = dashboard_problems(collect_vin_offline_dataset_stats(store, max_samples=None))
+    assert problems, "the synthetic store has at least the unpaired-samples notice"
+    counts = {p["severity"] for p in problems}
+    overview = next(line for line in out.splitlines() if line.startswith("problems  "))
+    for severity in counts:
+        assert severity in overview
+    table = out.split("problems (most severe first)\n", 1)[1].split("\n\n", 1)[0]
+    rows = table.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == [p["severity"] for p in problems]
+    for row, problem in zip(rows, problems, strict=True):
+        assert problem["title"] in row

@@ -141,6 +141,7 @@ class Lab:
         self.page = page
         self.server = server
         self.errors: list[str] = []
+        self.warnings: list[str] = []  # console warnings (anywidget deprecations among them)
 
     def write_notebook(self, name: str, cells: Sequence[str]) -> str:
         nb = new_notebook(
@@ -260,5 +261,6 @@ def lab(lab_server: dict[str, Any], browser_ctx: Any) -> Iterator[Lab]:
     helper = Lab(page, lab_server)
     page.on("pageerror", lambda e: helper.errors.append(str(e)))
     page.on("console", lambda m: m.type == "error" and helper.errors.append(m.text))
+    page.on("console", lambda m: m.type == "warning" and helper.warnings.append(m.text))
     yield helper
     page.close()

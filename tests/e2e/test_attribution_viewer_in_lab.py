@@ -252,11 +252,13 @@ def test_recompute_progress_errors_and_themes(lab: Any, tmp_path: Path) -> None:
     assert sum(channels) / 3 < 100, f"dark theme background {background} is not dark"
 
 
-# slam-right gets no evidence blob, so its map is the encoder's constant floor: near-flat.
+# The tour's views: blobs in rgb and slam-left, none in slam-right, whose map the demo
+# model makes near-flat by design (its CAM channel holds only a constant floor there).
 FLAT = """
-flat_images = {k: v[0] for k, v in make_camera_images(
-    evidence={k: v for k, v in EVIDENCE.items() if k != "slam-right"}, seed=3).items()}
-wf = AttributionViewerWidget(MultiCameraDemoModel(), flat_images, target_class=EVIDENCE_CLASS,
+from vinlens.attribution import near_flat_cameras
+views = {k: v[0] for k, v in make_camera_images(
+    evidence={'rgb': (30, 62), 'slam-left': (52, 20)}).items()}
+wf = AttributionViewerWidget(MultiCameraDemoModel(), views, target_class=EVIDENCE_CLASS,
                              layer="encoders.{camera}.conv3")
 wf
 """
@@ -283,6 +285,9 @@ def test_near_flat_camera_is_marked_and_cards_align(lab: Any) -> None:
     _wait_for_maps(lab, 1)
     root = lab.page.locator(".vl-av").first
     assert lab.kernel_json("[k for k, f in wf.flatness.items() if f.flat]") == ["slam-right"]
+    # The same verdict as the engine's rule on the records.
+    flat_records = "sorted(k for _, k in near_flat_cameras(wf.records.values()))"
+    assert lab.kernel_json(flat_records) == ["slam-right"]
     flat = root.locator(".vl-av-panel[data-camera='slam-right']")
     assert flat.locator(".vl-av-flat-badge").is_visible()
     assert flat.locator(".vl-av-hatch").is_visible()
@@ -308,4 +313,141 @@ def test_near_flat_camera_is_marked_and_cards_align(lab: Any) -> None:
         assert [c["camera"] for c in cards if c["hatch"]] == ["slam-right"]
         root.scroll_into_view_if_needed()
         lab.screenshot(f"attribution_viewer-flat-{'dark' if dark else 'light'}", root)
+    _set_theme(lab, False)
+
+
+MODE_MENU = """
+wd = AttributionViewerWidget(MultiCameraDemoModel("dedicated_layer"), images,
+                             target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3")
+wd
+"""
+
+# Every layer option with the mode options the menu offers once that layer is chosen.
+OFFERED = """(root) => {
+  const layer = root.querySelector('.vl-av-layer');
+  const mode = root.querySelector('.vl-av-mode');
+  const out = {};
+  for (const o of [...layer.options]) {
+    layer.value = o.value;
+    layer.dispatchEvent(new Event('change'));
+    out[o.value] = [...mode.options].map(m => m.value);
+  }
+  return out;
+}"""
+
+
+def test_mode_menu_offers_only_modes_that_work(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_modes_menu.ipynb", [SETUP, MODE_MENU]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    offered = root.evaluate(OFFERED)
+    # The menu shows exactly the engine's modes for each layer (one probe forward).
+    engine = lab.kernel_json("{c['path']: c['modes'] for c in wd.layers if c['modes']}")
+    assert offered == engine
+    assert offered["encoders.{camera}.conv3"] == ["dedicated_layer"]
+    # One camera's own encoder runs once: no per-camera call to offer, so it is no choice.
+    assert "encoders.rgb.conv3" not in offered and "head" not in offered
+    # Every offered (layer, mode) on the conv layers recomputes without an error.
+    for layer in ("encoders.{camera}.conv2", "encoders.{camera}.conv3"):
+        root.locator(".vl-av-layer").select_option(layer)
+        assert root.locator(".vl-av-mode").is_disabled()  # one mode: nothing to choose
+        root.locator(".vl-av-recompute").click()
+        lab.page.wait_for_function(
+            "(l) => !document.querySelector('.vl-av .vl-av-recompute').disabled"
+            " && document.querySelector('.vl-av .vl-av-dirty').hidden"
+            " && [...document.querySelectorAll('.vl-av .vl-av-detail')]"
+            ".every(d => d.textContent.includes('.' + l.split('.').pop() + ' '))",
+            arg=layer,
+        )
+        assert root.locator(".vl-error").is_hidden()
+        assert lab.kernel_json("[wd.layer, wd.capture_mode, wd.status]") == [
+            layer,
+            "dedicated_layer",
+            "idle",
+        ]
+
+
+DATASET = """
+import torch
+class CameraDataset(torch.utils.data.Dataset):
+    # Even samples carry evidence in every camera, odd ones in rgb only.
+    def __len__(self):
+        return 12
+    def __getitem__(self, i):
+        planted = EVIDENCE if i % 2 == 0 else {"rgb": EVIDENCE["rgb"]}
+        return {k: v[0] for k, v in make_camera_images(evidence=planted, seed=10 + i).items()}, i % 4
+wds = AttributionViewerWidget(MultiCameraDemoModel(), images, target_class=EVIDENCE_CLASS,
+                              layer="encoders.{camera}.conv3")
+wds.explain_dataset(torch.utils.data.DataLoader(CameraDataset(), batch_size=4), keep_samples=8)
+wds
+"""
+
+# A digest of one camera canvas's pixels, to tell whether the shown image changed.
+CANVAS_SUM = """([camera]) => {
+  const panel = [...document.querySelectorAll('.vl-av .vl-av-panel')].find(p => p.dataset.camera === camera);
+  const c = panel.querySelector('canvas');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let s = 0;
+  for (let i = 0; i < d.length; i += 4) s += d[i] * (1 + (i % 97)) + d[i + 1];
+  return s;
+}"""
+
+
+def test_dataset_view_slider_changes_the_shown_sample(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_dataset.ipynb", [SETUP, DATASET]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    dataset = root.locator(".vl-av-dataset")
+    dataset.wait_for(state="visible")
+    assert "12 samples in 3 batches" in root.locator(".vl-av-ds-summary").inner_text()
+    assert root.locator(".vl-av-agg").count() == 3
+    rows = root.locator(".vl-av-rel-row")
+    assert rows.count() == 3
+    # rgb holds evidence in every sample: the longest reliance bar.
+    widths = root.evaluate(
+        "(r) => Object.fromEntries([...r.querySelectorAll('.vl-av-rel-row')].map(row =>"
+        " [row.dataset.camera, row.querySelector('.vl-av-rel-fill').getBoundingClientRect().width]))"
+    )
+    assert max(widths, key=widths.get) == "rgb", widths
+    assert root.locator(".vl-av-sample-label").inner_text().startswith("sample 1 / 8")
+
+    before = lab.page.evaluate(CANVAS_SUM, ["rgb"])
+    slider = root.locator(".vl-av-sample")
+    slider.focus()
+    # From the keyboard: the notebook must not take the arrow key for moving between cells.
+    lab.page.keyboard.press("ArrowRight")
+    lab.page.wait_for_function(
+        "() => document.querySelector('.vl-av .vl-av-sample-label').textContent"
+        ".startsWith('sample 2 / 8')"
+    )
+    lab.page.wait_for_function(
+        "([b]) => { const p = [...document.querySelectorAll('.vl-av .vl-av-panel')]"
+        ".find(p => p.dataset.camera === 'rgb'); const c = p.querySelector('canvas');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let s = 0; for (let i = 0; i < d.length; i += 4) s += d[i] * (1 + (i % 97)) + d[i + 1];"
+        " return s !== b; }",
+        arg=[before],
+    )
+    assert lab.kernel_json("wds.sample_index") == 1
+    # Sample 1 has evidence in rgb only: both SLAM maps are near-flat and marked so.
+    left = root.locator(".vl-av-panel[data-camera='slam-left']")
+    lab.page.wait_for_function(
+        "() => [...document.querySelectorAll('.vl-av .vl-av-panel')]"
+        ".find(p => p.dataset.camera === 'slam-left').classList.contains('vl-av-flat')"
+    )
+    assert left.locator(".vl-av-flat-badge").is_visible()
+    flat = ["slam-left", "slam-right"]
+    assert lab.kernel_json("[k for k, f in wds.flatness.items() if f.flat]") == flat
+    # Another aggregate statistic from the menu.
+    root.locator(".vl-av-stat").select_option("p90")
+    assert lab.kernel_json("wds.aggregate_stat") == "p90"
+    assert root.locator(".vl-error").is_hidden()
+    assert not [e for e in lab.errors if "vl-" in e or "attribution" in e.lower()], lab.errors
+
+    for dark in (False, True):
+        _set_theme(lab, dark)
+        dataset.scroll_into_view_if_needed()
+        lab.screenshot(f"attribution_viewer-dataset-{'dark' if dark else 'light'}", root)
     _set_theme(lab, False)

@@ -198,3 +198,143 @@ def test_module_table_in_notebook_7(lab: Any) -> None:
     page.keyboard.press("Shift+Enter")
     expect(output.locator(".jp-OutputArea")).to_contain_text("SELECTED ['0', '1', '2']")
     lab.screenshot("module-table-notebook7-light", table)
+
+
+HEALTH_SETUP = """
+import copy
+from collections import OrderedDict
+import torch
+from torch import nn
+from vinlens.widgets import ModelHealthWidget, ModuleSelection, ModuleTableWidget, SnapshotBrowserWidget
+
+class Log(nn.Module):
+    def forward(self, x):
+        return torch.log(x)
+
+torch.manual_seed(0)
+model = nn.Sequential(OrderedDict(
+    encoder=nn.Linear(4, 8),
+    block=nn.Sequential(OrderedDict(act=nn.Tanh(), log=Log())),
+    head=nn.Linear(8, 2),
+))
+model_b = copy.deepcopy(model)
+with torch.no_grad():
+    model_b.encoder.weight[0, 0] += 0.5
+x = torch.randn(16, 4)
+picked = ModuleSelection()
+"""
+
+
+def test_linked_selection_and_health_view_in_jupyterlab(lab: Any) -> None:
+    page = lab.page
+    nb = lab.write_notebook(
+        "model_health.ipynb",
+        [
+            HEALTH_SETUP,
+            "table = ModuleTableWidget(model, selection=picked)\ntable",
+            "health = ModelHealthWidget(model, lambda m: m(x), model_b=model_b, selection=picked)\n"
+            "health",
+            "browser = SnapshotBrowserWidget(model, lambda: model(x), selection=picked)\nbrowser",
+        ],
+    )
+    lab.open(nb)
+    lab.run_all()
+    table = page.locator(".vl-module-table")
+    health = page.locator(".vl-model-health")
+    browser = page.locator(".vl-snapshot-browser")
+    # the analysis started at construction: the NaN origin row is highlighted
+    expect(health.locator(".vl-mh-origin-box")).to_contain_text(
+        "First non-finite value: block.log (call 0): its inputs were finite"
+    )
+    origin_row = health.locator(".vl-vt-row.vl-mh-origin")
+    expect(origin_row).to_have_count(1)
+    expect(origin_row.locator(".vl-mt-name")).to_have_text("log")
+    expect(origin_row.locator("[data-key=mh_nonfinite]")).not_to_have_text("0")
+    expect(health.locator(".vl-mh-mode")).to_contain_text("A vs B · first divergent: encoder")
+
+    # a module picked in the table is picked in the health view and the snapshot browser
+    _name_cell(table, "encoder").click()
+    expect(health.locator(".vl-vt-row.vl-selected .vl-mt-name")).to_have_text("encoder")
+    expect(browser.locator(".vl-sb-selection")).to_have_text("1 module selected")
+    expect(health.locator(".vl-mh-detail")).to_contain_text("Output of encoder")
+    expect(health.locator(".vl-mh-detail svg.vl-boxes rect.vl-boxes-box")).to_have_count(2)
+    assert lab.kernel_json("[picked.paths, health.selected_paths, browser.selected_paths]") == [
+        ["encoder"],
+        ["encoder"],
+        ["encoder"],
+    ]
+    # and back: a click in the health view moves the table's selection; the head comes
+    # after the NaN, so it has no finite value to plot
+    _name_cell(health, "head").click()
+    expect(table.locator(".vl-vt-row.vl-selected .vl-mt-name")).to_have_text("head")
+    expect(health.locator(".vl-mh-detail svg.vl-boxes")).to_contain_text("no finite values")
+    assert lab.kernel_json("table.selected_paths") == ["head"]
+    health.locator(".vl-mh-detail").scroll_into_view_if_needed()
+    lab.screenshot("model-health-detail-nan-light", health)
+    _name_cell(health, "encoder").click()
+
+    # Go to the origin; the drift column sorts (largest first)
+    health.locator(".vl-mh-goto").click()
+    expect(health.locator(".vl-vt-row.vl-vt-cursor.vl-mh-origin")).to_have_count(1)
+
+    # a capture whose run() calls a re-bound model warns instead of reporting ok
+    lab.kernel_json(
+        "exec('rebound = copy.deepcopy(model)') or setattr(browser, 'run', lambda: rebound(x)) or 1"
+    )
+    browser.locator(".vl-sb-capture").click()
+    expect(browser.locator(".vl-sb-result-note.vl-sb-warning")).to_contain_text(
+        "none of the selected modules (encoder) ran"
+    )
+
+    for dark in (False, True):
+        lab.set_theme(dark)
+        health.scroll_into_view_if_needed()
+        lab.screenshot(f"model-health-{'dark' if dark else 'light'}", health)
+    lab.set_theme(False)
+    browser.scroll_into_view_if_needed()
+    lab.screenshot("snapshot-browser-warning-light", browser)
+    assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []
+
+
+DEMO_SETUP = """
+from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
+from vinlens.widgets import AttributionViewerWidget, ModelHealthWidget, ModuleSelection, ModuleTableWidget
+images = {k: v[0] for k, v in make_camera_images(seed=3).items()}
+batch = {k: v[None] for k, v in images.items()}
+model = MultiCameraDemoModel()
+picked = ModuleSelection()
+"""
+
+
+def test_module_picked_in_the_table_is_the_attribution_layer_and_health_row(lab: Any) -> None:
+    page = lab.page
+    nb = lab.write_notebook(
+        "linked_selection.ipynb",
+        [
+            DEMO_SETUP,
+            "table = ModuleTableWidget(model, selection=picked)\ntable",
+            "health = ModelHealthWidget(model, lambda m: m(batch), selection=picked)\nhealth",
+            "viewer = AttributionViewerWidget(model, images, target_class=EVIDENCE_CLASS, "
+            "selection=picked, compute=False)\nviewer",
+        ],
+    )
+    lab.open(nb)
+    lab.run_all()
+    table = page.locator(".vl-module-table")
+    health = page.locator(".vl-model-health")
+    expect(health.locator(".vl-mh-origin-box")).to_contain_text("No NaN or Inf found")
+    table.locator(".vl-mt-view-flat").click()
+    table.locator(".vl-mt-search").fill("slam-left.conv2")
+    expect(table.locator(".vl-vt-row:not([hidden])")).to_have_count(1)
+    _name_cell(table.locator(".vl-vt-row:not([hidden])"), "encoders.slam-left.conv2").click()
+    expect(health.locator(".vl-vt-row.vl-selected .vl-mt-name")).to_have_text("conv2")
+    expect(health.locator(".vl-mh-detail")).to_contain_text("Output of encoders.slam-left.conv2")
+    expect(page.locator(".vl-av-layer")).to_have_value("encoders.{camera}.conv2")
+    assert lab.kernel_json("[picked.paths, health.selected_paths, viewer.selected_layer]") == [
+        ["encoders.slam-left.conv2"],
+        ["encoders.slam-left.conv2"],
+        "encoders.{camera}.conv2",
+    ]
+    health.scroll_into_view_if_needed()
+    lab.screenshot("model-health-demo-light", health)
+    assert [e for e in lab.errors if "vinlens" in e or "vl-" in e] == []

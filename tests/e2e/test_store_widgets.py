@@ -93,10 +93,19 @@ def test_store_dashboard_and_coverage_heatmap(lab: Any) -> None:
     problems = dash.locator(".vl-sd-problems").inner_text()
     assert "without any valid candidate" in problems and "lack candidate IDs" in problems
     assert dash.locator("figure[data-key='rri'] rect.vl-chart-bar").count() == 30
+    # Changing the active tab moves no tab label sideways.
+    tab_x = (
+        "(d) => [...d.querySelectorAll('.vl-sd-tabbtn')].map((b) => b.getBoundingClientRect().x)"
+    )
+    before = dash.evaluate(tab_x)
     dash.locator(".vl-sd-tabbtn[data-tab='components']").click()
     page.wait_for_selector(".vl-sd .vl-scatter canvas")
+    assert dash.evaluate(tab_x) == before
     assert "pairs" in dash.locator(".vl-sd-card").first.inner_text()
     lab.screenshot("store_dashboard-components-light", dash)
+    dash.locator(".vl-sd-tabbtn[data-tab='memory']").click()
+    memory = dash.locator(".vl-sd-panel").inner_text()
+    assert not [line for line in memory.splitlines() if "e-" in line and "iB" in line]
     dash.locator(".vl-sd-tabbtn[data-tab='overview']").click()
     lab.screenshot("store_dashboard-light", dash)
 
@@ -141,3 +150,4 @@ def test_store_dashboard_and_coverage_heatmap(lab: Any) -> None:
     lab.screenshot("coverage_heatmap-dark", cov)
     lab.set_theme(False)
     assert not [e for e in lab.errors if "vinlens" in e or "vl-" in e], lab.errors
+    assert not [w for w in lab.warnings if "Direct export of a 'render'" in w], lab.warnings

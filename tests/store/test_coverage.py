@@ -386,3 +386,15 @@ def test_non_utf8_member_names_are_carried_readably(tmp_path: Path) -> None:
     assert record.missing_examples == [("sc\\xe8ne_b", "snippet_1")]
     # Every string a widget, CSV export or terminal gets is encodable UTF-8.
     json.dumps(dataclasses.asdict(record), ensure_ascii=False).encode("utf-8")
+
+
+def test_raw_snippets_by_scene_agrees_with_the_coverage_record(tmp_path: Path) -> None:
+    from vinlens.store.coverage import raw_snippets_by_scene
+
+    data = write_synthetic_dataset(tmp_path, raw_spec=SyntheticRawSpec(num_tars=3))
+    record = collect_vin_offline_dataset_coverage(data.config, max_tars=2)
+    by_scene = raw_snippets_by_scene(data.config, max_tars=2)
+    assert {scene: len(snippets) for scene, snippets in by_scene.items()} == {
+        row.scene_id: row.dataset_snippets for row in record.per_scene if row.dataset_snippets
+    }
+    assert {(s, n) for s, ns in by_scene.items() for n in ns} <= set(data.raw.raw_pairs)

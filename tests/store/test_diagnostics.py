@@ -180,6 +180,7 @@ def _check_against_numpy(
         assert got.std == pytest.approx(values.std(), rel=1e-6)
         assert got.abs_mean == pytest.approx(np.abs(values).mean(), rel=1e-6)
         assert got.nz_frac == pytest.approx(float((np.abs(values) > 1e-6).mean()), rel=1e-12)
+        assert (got.minimum, got.maximum) == (values.min(), values.max())
         assert str(np.dtype(dtype)) in {"float16", "float32"}
 
     c = spec.num_candidates

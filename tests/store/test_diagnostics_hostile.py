@@ -8,6 +8,7 @@ reporting numbers computed from refused bytes.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import os
@@ -24,7 +25,9 @@ from vinlens.store.diagnostics import (
 )
 from vinlens.store.reader import VinOfflineStoreReader
 from vinlens.store.records import RecordDecodeError, decode_record, decode_records
+from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreRecord
+from vinlens.store.writer import VinOfflineStoreWriter
 
 DAMAGED = "00001"
 
@@ -51,8 +54,14 @@ def _check_rri_left_out(store: Path, clean: VinOfflineDatasetStats, block: str) 
     assert refused and refused[0].path == chunk and refused[0].block == block
     assert stats.rri is not None and clean.rri is not None
     assert stats.rri.count == _clean_rri_count_without(clean, DAMAGED)
-    assert stats.rri.minimum is not None and clean.rri.minimum is not None
-    assert stats.rri.minimum >= clean.rri.minimum and stats.rri.maximum <= clean.rri.maximum
+    low, high, clean_low, clean_high = (
+        stats.rri.minimum,
+        stats.rri.maximum,
+        clean.rri.minimum,
+        clean.rri.maximum,
+    )
+    assert low is not None and high is not None and clean_low is not None
+    assert clean_high is not None and clean_low <= low <= high <= clean_high
     assert all(s.rri is None for s in stats.sample_summaries if s.shard_id == DAMAGED)
     assert stats.num_samples == 24
 
@@ -200,3 +209,50 @@ def test_zero_chunk_extent_is_a_named_error(small_store: SyntheticStoreRecord) -
     assert "chunk_shape [0, 16]" in message and ">= 1" in message
     stats = collect_vin_offline_dataset_stats(store, max_samples=None)
     assert any(p.kind == "BlockMismatchError" for p in stats.integrity_problems)
+
+
+def test_compressed_chunk_on_a_device_is_refused_and_feeds_no_number(tmp_path: Path) -> None:
+    c = 4
+    rng = np.random.default_rng(0)
+    path = tmp_path / "zstd"
+    with VinOfflineStoreWriter(
+        path, num_candidates=c, rows_per_shard=6, compressor="zstd", fsync=False
+    ) as writer:
+        for i in range(12):
+            writer.add(
+                VinOfflineSample(
+                    sample_key=f"k{i}",
+                    scene_id="scene_1",
+                    snippet_id=f"snippet_{i}",
+                    split="train",
+                    vin_points=np.zeros((3, 3), np.float32),
+                    candidate_valid=np.ones(c, bool),
+                    rri=rng.random(c).astype(np.float32),
+                )
+            )
+    chunk = path / "shards" / DAMAGED / "arrays" / "rri" / "c" / "0" / "0"
+    assert chunk.is_file()
+    chunk.unlink()
+    os.symlink("/dev/urandom", chunk)
+    stats = collect_vin_offline_dataset_stats(path, max_samples=None)
+    refused = [p for p in stats.integrity_problems if p.block == "rri"]
+    assert [p.kind for p in refused] == ["CorruptChunkError"]
+    assert refused[0].path is not None and refused[0].path.startswith(str(chunk.parents[2]))
+    assert "character device" in refused[0].message and str(chunk) in refused[0].message
+    assert stats.rri is not None and stats.rri.count == 6 * c  # shard 00000 only
+    assert stats.rri.minimum is not None and stats.rri.minimum >= 0.0
+    assert stats.rri.maximum is not None and stats.rri.maximum <= 1.0
+
+
+def test_damage_is_listed_the_same_on_a_process_pool(small_store: SyntheticStoreRecord) -> None:
+    store = small_store.store_dir
+    with open(_chunk(store, "rri"), "ab") as handle:
+        handle.write(b"\x00" * 64)
+    shard = store / "shards" / "00002"
+    shutil.rmtree(shard)
+    shard.write_bytes(b"not a directory")
+    local = collect_vin_offline_dataset_stats(store, max_samples=None)
+    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+        remote = collect_vin_offline_dataset_stats(store, max_samples=None, executor=pool)
+    assert remote == local
+    assert [p.kind for p in local.integrity_problems] == ["MissingShardError", "CorruptChunkError"]

@@ -27,6 +27,7 @@ from vinlens.store.diagnostics import (
 )
 from vinlens.store.diagnostics.acquire import _plans, build_stats_record
 from vinlens.store.diagnostics.kernels import Moments
+from vinlens.store.diagnostics.sampling import Reservoir
 from vinlens.store.diagnostics.scan import scan_shard
 from vinlens.store.reader import VinOfflineStoreReader
 from vinlens.store.sample import VinOfflineSample
@@ -172,6 +173,7 @@ def test_float16_moments_are_exact(tmp_path: Path) -> None:
     # The exact variance rounded once to float64, then the float64 square root.
     assert field.std == math.sqrt(float(variance))
     assert field.abs_mean == float(sum(abs(v) for v in values) / n)
+    assert (field.minimum, field.maximum) == (float(min(values)), float(max(values)))
     assert [p.kind for p in stats.integrity_problems] == ["NonFiniteValues"]
 
 
@@ -195,3 +197,69 @@ def test_moments_merge_is_exact_and_order_free() -> None:
     assert count == values.size
     assert mean == pytest.approx(values.mean(), rel=1e-14)
     assert std == pytest.approx(values.std(), rel=1e-9)
+    assert forward.extremes() == (values.min(), values.max())
+
+
+def test_s3_store_on_a_process_pool_equals_in_process(s3_dataset: Any) -> None:
+    """Tasks carry the URL and storage options; each worker reopens the store over S3."""
+    request = capture_vin_offline_dataset_stats_request(s3_dataset.remote, max_samples=None)
+    local = inspect_vin_offline_dataset_stats(request)
+    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+        remote = inspect_vin_offline_dataset_stats(request, executor=pool)
+    _assert_identical(local, remote)
+    assert remote.store_dir == s3_dataset.remote.store_dir
+
+
+def test_reservoir_state_is_bounded_by_its_limit_not_by_the_rows_seen() -> None:
+    sizes = []
+    for rows in (1_000, 100_000):
+        reservoir = Reservoir(2, salt=9, limit=500)
+        positions = np.arange(rows, dtype=np.int64)
+        reservoir.update(positions, np.stack([positions, -positions], axis=1).astype(np.float64))
+        sizes.append(len(pickle.dumps(reservoir)))
+        assert reservoir.finish().shape == (500, 2)
+    assert sizes[1] <= sizes[0] * 1.05
+    # Split in two partials, merged either way round: the same kept rows.
+    a, b = Reservoir(1, salt=9, limit=50), Reservoir(1, salt=9, limit=50)
+    a.update(np.arange(0, 300), np.arange(0, 300, dtype=np.float64))
+    b.update(np.arange(300, 700), np.arange(300, 700, dtype=np.float64))
+    left = pickle.loads(pickle.dumps(a))
+    left.merge(pickle.loads(pickle.dumps(b)))
+    right = pickle.loads(pickle.dumps(b))
+    right.merge(pickle.loads(pickle.dumps(a)))
+    whole = Reservoir(1, salt=9, limit=50)
+    whole.update(np.arange(0, 700), np.arange(0, 700, dtype=np.float64))
+    assert np.array_equal(left.finish(), whole.finish())
+    assert np.array_equal(right.finish(), whole.finish())
+
+
+def test_thread_pool_workers_close_their_readers_after_the_call(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vinlens.store.diagnostics import acquire
+
+    opened: list[int] = []
+    closed: list[int] = []
+    real_init = VinOfflineStoreReader.__init__
+    real_close = VinOfflineStoreReader.close
+
+    def tracking_init(self: VinOfflineStoreReader, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(id(self))
+
+    def tracking_close(self: VinOfflineStoreReader) -> None:
+        closed.append(id(self))
+        real_close(self)
+
+    monkeypatch.setattr(VinOfflineStoreReader, "__init__", tracking_init)
+    monkeypatch.setattr(VinOfflineStoreReader, "close", tracking_close)
+    local = collect_vin_offline_dataset_stats(store, max_samples=None)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for _ in range(2):  # the second call opens fresh readers, reused across its tasks
+            assert (
+                collect_vin_offline_dataset_stats(store, max_samples=None, executor=pool) == local
+            )
+            assert set(opened) <= set(closed)
+            assert not acquire._readers
+    # Per call: the coordinator's reader plus at most one per pool thread, not one per task.
+    assert len(opened) <= 3 * (1 + 3)

@@ -56,6 +56,8 @@ def test_config_keeps_urls_and_local_paths(tmp_path: Path, monkeypatch: pytest.M
     assert local.store_dir == tmp_path / "store" and isinstance(local.store_dir, Path)
     as_file = VinOfflineStoreConfig(store_dir=f"file://{tmp_path}/store")
     assert as_file.store_dir == tmp_path / "store"
+    with pytest.raises(ValueError, match="looks like a URL folded by pathlib"):
+        VinOfflineStoreConfig(store_dir=Path("s3://bucket/store"))
 
 
 def test_memory_and_file_urls_read_like_local(tmp_path: Path) -> None:
@@ -266,7 +268,7 @@ def test_fsspec_access_pickles_as_location_and_options(s3_dataset: S3Dataset) ->
 
 
 @pytest.mark.timeout(300)
-def test_dask_local_cluster_coverage_equals_local(s3_dataset: S3Dataset) -> None:
+def test_dask_local_cluster_coverage_and_stats_equal_local(s3_dataset: S3Dataset) -> None:
     distributed = pytest.importorskip("distributed")
     local = collect_vin_offline_dataset_coverage(s3_dataset.local.config)
     with (
@@ -288,3 +290,50 @@ def test_dask_local_cluster_coverage_equals_local(s3_dataset: S3Dataset) -> None
             )
             assert _coverage_without_locations(record) == _coverage_without_locations(local)
             assert done[0] == 0 and done[-1] == record.tar_shards_scanned
+        local_stats = collect_vin_offline_dataset_stats(s3_dataset.local.config, max_samples=None)
+        remote_stats = collect_vin_offline_dataset_stats(
+            s3_dataset.remote, max_samples=None, executor=executor
+        )
+        assert (
+            dataclasses.replace(
+                remote_stats, store_dir=local_stats.store_dir, generation=local_stats.generation
+            )
+            == local_stats
+        )
+
+
+@pytest.mark.timeout(60)
+def test_endpoint_that_never_answers_times_out_naming_the_url() -> None:
+    import socket
+
+    # A listening socket that is never served: connects succeed, reads wait for ever.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        config = VinOfflineStoreConfig(
+            store_dir="s3://vinlens-test/silent",
+            storage_options={
+                "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+                # Merged over the defaults key by key (retries stay bounded).
+                "config_kwargs": {"read_timeout": 1, "connect_timeout": 1},
+                "skip_instance_cache": True,
+            },
+        )
+        start = time.monotonic()
+        with pytest.raises(StoreAccessError, match=r"s3://vinlens-test/silent"):
+            VinOfflineStoreReader(config)
+        assert time.monotonic() - start < 30
+
+
+def test_default_s3_options_survive_use(s3_dataset: S3Dataset) -> None:
+    from vinlens.store.access import DEFAULT_S3_OPTIONS
+
+    before = json.dumps(DEFAULT_S3_OPTIONS, sort_keys=True)
+    options = dict(s3_dataset.remote.storage_options or {})
+    options["skip_instance_cache"] = True
+    access = open_store_access(str(s3_dataset.remote.store_dir), options)
+    access.read_bytes("manifest.json")
+    access.zarr_store("shards")
+    # botocore rewrites the retries dict it gets; ours must stay as documented.
+    assert json.dumps(DEFAULT_S3_OPTIONS, sort_keys=True) == before

@@ -378,7 +378,7 @@ def test_not_a_tar_file(tmp_path: Path) -> None:
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         list_tar_member_names(tmp_path / "absent.tar")
-    with pytest.raises(IsADirectoryError, match="expected a tar file"):
+    with pytest.raises(IsADirectoryError, match="is a directory"):
         list_tar_member_names(tmp_path)
 
 
@@ -401,3 +401,17 @@ def test_file_objects_are_scanned_and_named_in_errors(tmp_path: Path) -> None:
     assert list_tar_member_names(io.BytesIO(data), name="in-memory.tar") == expected
     with pytest.raises(TruncatedTarError, match=r"^in-memory\.tar: at byte"):
         list_tar_member_names(io.BytesIO(data[:5000]), name="in-memory.tar")
+
+
+def test_a_fifo_or_directory_named_like_a_tar_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    from vinlens.store.format import DirectoryInsteadOfFileError, SpecialFileError
+
+    fifo = tmp_path / "x.tar"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecialFileError, match=r"x\.tar: is a FIFO"):
+        list_tar_member_names(fifo)
+    (tmp_path / "d.tar").mkdir()
+    with pytest.raises(DirectoryInsteadOfFileError, match=r"d\.tar: is a directory"):
+        scan_tar_headers(tmp_path / "d.tar")

@@ -11,9 +11,18 @@ import torch
 import traitlets
 from matplotlib.image import imread
 
-from vinlens.attribution import camera_targets_for_layer, explain_cameras, map_flatness
+from vinlens.attribution import (
+    camera_targets_for_layer,
+    capture_modes_for_layer,
+    explain_cameras,
+    map_flatness,
+    method_labels,
+    near_flat_cameras,
+)
+from vinlens.attribution.aggregate import aggregate_attributions, camera_reliance_over
 from vinlens.demo import EVIDENCE_CLASS, MultiCameraDemoModel, make_camera_images
 from vinlens.widgets import ModuleSelection, ModuleTableWidget
+from vinlens.widgets._base import CommandCancelled, CommandTask
 from vinlens.widgets.attribution_viewer import AttributionViewerWidget
 
 EVIDENCE = {"rgb": (24, 70), "slam-left": (60, 18), "slam-right": (16, 44)}
@@ -97,18 +106,19 @@ def test_maps_cross_as_float32_bytes_at_image_size_and_equal_the_engine(images):
 
 
 def test_payload_marks_the_flat_camera_with_the_engines_rule(images):
-    # slam-right gets no evidence blob: its map is the encoder's constant floor, near-flat.
-    planted = {k: v for k, v in EVIDENCE.items() if k != "slam-right"}
-    flat_images = {k: v[0] for k, v in make_camera_images(evidence=planted, seed=3).items()}
+    # The tour's views: no blob in slam-right, whose map the demo model makes near-flat.
+    planted = {"rgb": (30, 62), "slam-left": (52, 20)}
+    flat_images = {k: v[0] for k, v in make_camera_images(evidence=planted).items()}
     w = viewer(flat_images)
     expected = map_flatness({k: (r.raw_min, r.raw_max) for k, r in w.records.items()})
     assert w.flatness == expected
+    assert near_flat_cameras(w.records.values()) == {(0, "slam-right")}
     assert [k for k, p in w.attributions.items() if p["flat"]] == ["slam-right"]
     right = w.attributions["slam-right"]
     assert right["flat_reason"] == expected["slam-right"].reason and right["flat_reason"]
     assert right["span"] == pytest.approx(right["max"] - right["min"])
     assert right["largest_camera"] == expected["slam-right"].largest_camera
-    assert right["relative_span"] < 0.05
+    assert right["relative_span"] < 0.01
     assert w.attributions["rgb"]["flat"] is False and w.attributions["rgb"]["flat_reason"] == ""
     # Flatness is judged across the cameras on screen: a recompute of one camera re-judges
     # every payload (slam-left alone at a flat layer channel would not change rgb's record).
@@ -144,31 +154,50 @@ def test_layer_choices_come_from_the_models_module_paths(images):
     assert "encoders.{camera}.bn2" in dedicated and "head" not in dedicated
     shared = viewer(images, "stacked_camera_batch", compute=False).layer_choices
     paths = [c["path"] for c in shared["stacked_camera_batch"]]
-    assert paths[:3] == ["encoder", "encoder.conv1", "encoder.act1"] and "head" in paths
-    assert "<root>" not in paths
+    assert paths[:3] == ["encoder", "encoder.conv1", "encoder.act1"]
+    assert "head" not in paths and "<root>" not in paths  # head runs once on the whole batch
     assert [m["value"] for m in w.methods] == ["grad_cam", "grad_cam_plus_plus", "ablation_cam"]
+    assert [m["label"] for m in w.methods] == list(method_labels().values())
     assert w.capture_modes == ["dedicated_layer", "per_camera_call", "stacked_camera_batch"]
     # One list of layers, each with the modes it is offered in; layer_choices is its view per mode.
     options = {c["path"]: c["modes"] for c in w.layers}
-    assert options["encoders.{camera}.conv3"] == ["dedicated_layer"]
     for mode, choices in w.layer_choices.items():
         assert [c["path"] for c in choices] == [p for p, m in options.items() if mode in m]
 
 
-def test_explicit_targets_and_layer_mappings(images):
-    model = MultiCameraDemoModel("dedicated_layer")
-    w = AttributionViewerWidget(model, images, target_class=0, targets=model.camera_targets())
-    assert w.explicit_targets and w.layer == "" and w.capture_mode == "dedicated_layer"
-    assert w.records["slam-right"].target.target.module_path == "encoders.slam-right.conv3"
-    mapping = {key: f"encoders.{key}.conv2" for key in images}
-    w = AttributionViewerWidget(model, images, target_class=0, layer=mapping)
-    assert w.explicit_targets and w.layer_maps["rgb"].shape == (48, 48)
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
-    # From the browser: a layer path replaces the Python targets; null goes back to them.
-    assert w.run_command("explain", {"layer": "encoders.{camera}.conv3"})["kind"] == "result"
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv3"
-    assert w.run_command("explain", {"layer": None})["kind"] == "result"
-    assert w.records["rgb"].target.target.module_path == "encoders.rgb.conv2"
+@pytest.mark.parametrize("mode", list(LAYERS))
+def test_modes_offered_per_layer_are_the_engines(images, mode):
+    model = MultiCameraDemoModel(mode)
+    w = viewer(images, mode, model=model, compute=False)
+    offered = {c["path"]: c["modes"] for c in w.layers}
+    for path, modes in offered.items():
+        engine = capture_modes_for_layer(model, path, list(images), images=w._inputs)
+        assert modes == list(engine), path
+    assert offered[LAYERS[mode]] == [mode]
+    # The layers the model does not run per camera are offered in no mode (the demo
+    # model's head sees all cameras at once; one camera's own encoder is not shared).
+    assert "head" not in offered
+    assert "encoders.rgb.conv3" not in offered
+
+
+def test_a_mode_the_layer_cannot_satisfy_fails_with_a_clear_message(images):
+    w = viewer(images)  # dedicated encoders: encoders.rgb.conv3 runs once, for rgb only
+    reply = w.run_command(
+        "explain", {"capture_mode": "per_camera_call", "layer": "encoders.rgb.conv3"}
+    )
+    assert reply["kind"] == "error"
+    assert reply["message"] == (
+        "layer 'encoders.rgb.conv3' cannot be read in capture mode 'per_camera_call' on this "
+        "model: it runs neither once per camera, nor once on the stacked cameras, nor as each "
+        "camera's own module; pick another layer."
+    )
+    # The engine's own message, when a script asks it directly, has no doubled quote either.
+    model = MultiCameraDemoModel()
+    targets = camera_targets_for_layer("encoders.rgb.conv3", "per_camera_call", list(images))
+    with pytest.raises(RuntimeError) as raised:
+        explain_cameras(model, images, EVIDENCE_CLASS, targets)
+    assert "''" not in str(raised.value)
+    assert "never produced camera 'slam-left': no activation" in str(raised.value)
 
 
 def test_layer_chooser_shares_the_module_selection_with_a_module_table(images):
@@ -287,8 +316,15 @@ def test_progress_is_reported_per_camera_for_ablation(images, monkeypatch):
         ({"target_class": -1}, "non-negative integer"),
         ({"target_class": "0"}, "non-negative integer"),
         ({"target_class": 9}, "not a class index of an output with 4 classes"),
-        ({"capture_mode": "stacked_camera_batch", "layer": "head"}, "Cannot split stacked"),
-        ({"capture_mode": "per_camera_call", "layer": "head"}, "never produced camera 'slam-left'"),
+        (
+            {"capture_mode": "stacked_camera_batch", "layer": "head"},
+            "layer 'head' cannot be read in capture mode 'stacked_camera_batch' on this model: "
+            "it runs neither once per camera",
+        ),
+        (
+            {"capture_mode": "per_camera_call", "layer": "encoder.conv3"},
+            "layer 'encoder.conv3' (camera 'rgb') is not a module",
+        ),
     ],
 )
 def test_bad_arguments_are_error_replies_and_keep_the_maps(images, args, expected):
@@ -313,6 +349,20 @@ class FailingDemoModel(MultiCameraDemoModel):
         if self.fail:
             raise RuntimeError("sensor packet corrupted")
         return super().forward(images)
+
+
+def test_a_model_that_fails_on_the_probe_still_opens_with_structural_choices(images):
+    model = FailingDemoModel("per_camera_call")
+    model.fail = True
+    w = viewer(images, "per_camera_call", model=model, compute=False)
+    assert "sensor packet corrupted" in w.error and w.status == "error"
+    assert "every structurally possible mode is offered" in w.error
+    offered = {c["path"]: c["modes"] for c in w.layers}
+    assert offered["encoder.conv3"] == ["per_camera_call", "stacked_camera_batch"]
+    assert hook_count(model) == 0
+    # The model's own error is what an explanation then reports.
+    reply = w.run_command("explain", {})
+    assert reply["kind"] == "error" and "sensor packet corrupted" in reply["message"]
 
 
 @pytest.mark.parametrize("method", ["grad_cam", "ablation_cam"])
@@ -473,3 +523,218 @@ def test_export_png_raw_scale_shares_one_range(images, tmp_path):
     top_strong = imread(tmp_path / f"{strongest}.png")[..., :3].mean(axis=-1).max()
     if w.maps[weakest].max() < 0.9 * w.maps[strongest].max():
         assert top_weak < top_strong
+
+
+# -- dataset view ----------------------------------------------------------------------------------
+class CameraDataset(torch.utils.data.Dataset):
+    """Demo samples with their class; even samples carry evidence in every camera, odd in rgb."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        planted = EVIDENCE if i % 2 == 0 else {"rgb": EVIDENCE["rgb"]}
+        images = make_camera_images(evidence=planted, seed=10 + i)
+        return {k: v[0] for k, v in images.items()}, i % 4
+
+
+def loader(n=8, batch_size=4):
+    return torch.utils.data.DataLoader(CameraDataset(n), batch_size=batch_size)
+
+
+def test_dataset_view_payload_is_the_engines_aggregate_and_reliance(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    task = w.explain_dataset(loader(), keep_samples=6, percentiles=(50, 90))
+    assert task.exception is None and w.status == "idle"
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    engine = aggregate_attributions(model, loader(), targets, score=EVIDENCE_CLASS).finish((50, 90))
+    overall = {s.camera_key: s for s in engine if s.class_index is None}
+    summary = camera_reliance_over(model, loader(), EVIDENCE_CLASS)
+    payload = w.dataset
+    assert (payload["samples"], payload["batches"]) == (8, 2)
+    assert payload["kept"] == [f"batch {b} #{i}" for b in (0, 1) for i in range(4)][:6]
+    assert [s["value"] for s in payload["stats"]] == ["mean", "p50", "p90"]
+    for key in images:
+        node = payload["aggregates"]["mean"][key]["map"]["$array"]
+        sent = np.frombuffer(node["data"], dtype="<f4").reshape(node["shape"])
+        np.testing.assert_allclose(sent, overall[key].mean_map, rtol=1e-6)
+        p90 = payload["aggregates"]["p90"][key]["map"]["$array"]
+        np.testing.assert_array_equal(
+            np.frombuffer(p90["data"], dtype="<f4").reshape(p90["shape"]),
+            overall[key].percentile_maps[90.0],
+        )
+    engine_rows = {r.camera_key: r for r in summary.finish()}
+    rows = payload["reliance"]
+    assert [r["camera"] for r in rows] == list(images)  # camera order, as the panels
+    for row in rows:
+        assert row["drop"] == pytest.approx(engine_rows[row["camera"]].mean_drop)
+        assert row["std"] == pytest.approx(engine_rows[row["camera"]].std_drop)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    # rgb has evidence in every sample, the SLAM cameras in half: rgb matters most.
+    assert max(rows, key=lambda r: r["drop"])["camera"] == "rgb"
+    assert w.reliance[0].camera_key == "rgb" and len(w.map_statistics) == 3
+    assert w.dataset_task["state"] == "done" and w.dataset_task["done"] == 2
+    assert w.dataset_task["total"] == 2
+
+
+def test_dataset_slider_shows_the_chosen_sample_with_its_own_maps(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    w.explain_dataset(loader(), keep_samples=5)
+    # The pass ends showing kept sample 0.
+    first, _ = CameraDataset(8)[0]
+    assert w.sample_index == 0
+    rgb = np.frombuffer(w.images["rgb"]["$array"]["data"], dtype=np.uint8)
+    np.testing.assert_array_equal(
+        rgb, np.rint(first["rgb"].permute(1, 2, 0).numpy() * 255).astype(np.uint8).ravel()
+    )
+    before = w.images
+    records = w.show_sample(3)  # what the slider sends
+    assert w.sample_index == 3 and w.images != before
+    third, _ = CameraDataset(8)[3]
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    direct = explain_cameras(model, {k: v[None] for k, v in third.items()}, EVIDENCE_CLASS, targets)
+    for record in direct:
+        np.testing.assert_array_equal(records[record.camera_key].raw_map, record.raw_map)
+    # slam-left of an odd sample has no evidence: its map is near-flat and marked so.
+    assert w.attributions["slam-left"]["flat"] and not w.attributions["rgb"]["flat"]
+    # Bad sample requests are error replies; the shown sample stays.
+    for bad, expected in [(5, "in [0, 5)"), (-1, "in [0, 5)"), ("2", "in [0, 5)")]:
+        reply = w.run_command("explain", {"sample": bad})
+        assert reply["kind"] == "error" and expected in reply["message"]
+    reply = w.run_command("explain", {"sample": 1, "cameras": ["rgb"]})
+    assert reply["kind"] == "error" and "every camera" in reply["message"]
+    assert w.sample_index == 3
+
+
+def _sent(node: dict) -> np.ndarray:
+    array = node["$array"]
+    return np.frombuffer(array["data"], dtype="<f4").reshape(array["shape"])
+
+
+def test_dataset_view_offers_each_class_and_its_most_and_least_concentrated_samples(images):
+    model = MultiCameraDemoModel()
+    w = viewer(images, model=model)
+    w.explain_dataset(loader(), keep_samples=3)
+    targets = camera_targets_for_layer("encoders.{camera}.conv3", "dedicated_layer", list(images))
+    engine = aggregate_attributions(model, loader(), targets, score=EVIDENCE_CLASS).finish((50, 90))
+    payload = w.dataset
+    # The loader's labels are i % 4: four classes of two samples each, after "all".
+    assert [c["value"] for c in payload["classes"]] == ["all", "0", "1", "2", "3"]
+    assert payload["classes"][2]["label"] == "class 1 (2)"
+    for s in engine:
+        group = "all" if s.class_index is None else str(s.class_index)
+        maps = payload["aggregates"] if group == "all" else payload["class_aggregates"][group]
+        np.testing.assert_allclose(_sent(maps["mean"][s.camera_key]["map"]), s.mean_map, rtol=1e-6)
+        np.testing.assert_array_equal(
+            _sent(maps["p90"][s.camera_key]["map"]), s.percentile_maps[90.0]
+        )
+        rows = payload["concentration"][group][s.camera_key]
+        for which, samples in (("most", s.most_concentrated), ("least", s.least_concentrated)):
+            assert [r["sample_id"] for r in rows[which]] == [x.sample_id for x in samples]
+            assert [r["concentration"] for r in rows[which]] == pytest.approx(
+                [x.concentration for x in samples]
+            )
+            for row, sample in zip(rows[which], samples, strict=True):
+                # Only the first three samples stay on the slider; their index is their id.
+                expected = sample.sample_id if sample.sample_id < 3 else None
+                assert row["kept_index"] == expected
+                np.testing.assert_array_equal(_sent(row["map"]), sample.raw_map)
+    # Class 0 holds samples 0 and 4, which carry evidence in every camera.
+    ids = {r["sample_id"] for r in payload["concentration"]["0"]["rgb"]["most"]}
+    assert ids == {0, 4}
+    assert {s.class_index for s in w.class_map_statistics} == {0, 1, 2, 3}
+    w.aggregate_class = "2"
+    with pytest.raises(traitlets.TraitError, match="aggregate_class"):
+        w.aggregate_class = "7"
+    # A pass whose classes do not include the chosen one goes back to all classes.
+    w.explain_dataset(loader(4, 2), max_batches=1)
+    assert [c["value"] for c in w.dataset["classes"]] == ["all", "0", "1"]
+    assert w.aggregate_class == "all"
+
+
+def test_dataset_pass_can_be_cancelled_and_keeps_the_previous_results(images):
+    gate = threading.Event()
+
+    class SlowLoader:
+        def __iter__(self):
+            for batch in loader():
+                yield batch
+                gate.wait(5)
+
+    w = viewer(images)
+    w.explain_dataset(loader(4, 2))
+    previous = w.dataset
+    task = w.explain_dataset(SlowLoader(), wait=False)
+    for _ in range(500):
+        task_state = w.dataset_task
+        if task_state["id"] == task.request_id and task_state["done"] >= 1:
+            break
+        threading.Event().wait(0.01)
+    assert w.dataset_task["state"] == "running" and w.dataset_task["total"] == 0  # no len()
+    # A second explanation while the pass runs is refused.
+    assert w.run_command("explain", {})["kind"] == "error"
+    w._dispatch({"kind": "cancel", "id": w.dataset_task["id"]})  # what the browser's Cancel sends
+    gate.set()
+    task.join(30)
+    assert isinstance(task.exception, CommandCancelled)
+    assert w.dataset_task["state"] == "cancelled" and w.status == "idle"
+    assert w.dataset == previous
+
+
+def test_dataset_pass_errors(images):
+    w = viewer(images)
+    with pytest.raises(TypeError, match="iterable of batches"):
+        w.explain_dataset(images)
+    with pytest.raises(ValueError, match="max_batches"):
+        w.explain_dataset(loader(), max_batches=0)
+    with pytest.raises(ValueError, match="keep_samples"):
+        w.explain_dataset(loader(), keep_samples=0)
+    with pytest.raises(ValueError, match="percentiles"):
+        w.explain_dataset(loader(), percentiles=(50, 150))
+    with pytest.raises(RuntimeError, match="gave no batches"):
+        w.explain_dataset([])
+    assert w.dataset_task["state"] == "failed"
+    with pytest.raises(RuntimeError, match="neither a mapping"):
+        w.explain_dataset([torch.zeros(2, 3, 8, 8)])
+    assert w.dataset == {} and w.status == "error"
+    reply = w.run_command("explain", {"sample": 0})
+    assert reply["kind"] == "error" and "no dataset samples yet" in reply["message"]
+    # max_batches stops early; the browser can pick another aggregate statistic only
+    # among those the pass made.
+    w.explain_dataset(loader(8, 2), max_batches=2, keep_samples=2)
+    assert (w.dataset["batches"], w.dataset["samples"]) == (2, 4)
+    w.aggregate_stat = "p90"
+    with pytest.raises(traitlets.TraitError, match="aggregate_stat"):
+        w.aggregate_stat = "p99"
+
+
+def test_interrupting_a_waiting_dataset_pass_cancels_it(images, monkeypatch):
+    gate = threading.Event()
+
+    class SlowLoader:
+        def __iter__(self):
+            for batch in loader():
+                gate.wait(5)
+                yield batch
+
+    real_join = CommandTask.join
+    calls = []
+
+    def interrupted_join(self, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the user interrupts the kernel during the wait
+        gate.set()
+        return real_join(self, timeout)
+
+    monkeypatch.setattr(CommandTask, "join", interrupted_join)
+    w = viewer(images)
+    with pytest.raises(KeyboardInterrupt):
+        w.explain_dataset(SlowLoader())
+    assert w.dataset_task["state"] == "cancelled" and w.dataset == {}
+    assert w.current_task is None and hook_count(w._model) == 0

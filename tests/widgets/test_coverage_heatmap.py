@@ -6,8 +6,11 @@ import csv
 import io
 import json
 import tarfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
 from payload_decode import table_column
@@ -207,3 +210,76 @@ def test_hostile_scene_ids_are_escaped_in_the_static_fallback(dataset):
     out = w._repr_html_()
     assert "<img src=x" not in out and "&lt;img src=x onerror=alert(1)&gt;" in out
     assert "<script" not in out.lower()
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A real executor that counts the tasks it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+def test_urls_storage_options_and_an_executor(dataset, recorded):
+    # The same store and raw tars behind fsspec URLs (memory://), scanned on an executor.
+    fs = fsspec.filesystem("memory")
+    root = f"/vinlens-widget-{uuid.uuid4().hex}"
+    fs.put(str(dataset.config.store_dir), f"{root}/store", recursive=True)
+    fs.put(str(dataset.raw.raw_dir), f"{root}/raw", recursive=True)
+    local = collect_vin_offline_dataset_coverage(dataset.config)
+    with CountingExecutor() as executor:
+        w = CoverageHeatmapWidget(
+            f"memory://{root}/store",
+            raw_dataset_dir=f"memory://{root}/raw",
+            storage_options={"skip_instance_cache": False},
+            executor=executor,
+        )
+        record = w.wait(120)
+        assert executor.submitted == len(dataset.raw.tar_paths)
+    assert w.config.storage_options == {"skip_instance_cache": False}
+    assert w.raw_dataset_dir == f"memory://{root}/raw"
+    assert record.per_scene == local.per_scene and record.missing_in_store == 28
+    # Progress advances per tar as workers finish it.
+    tars = len(dataset.raw.tar_paths)
+    done = [m["done"] for m in recorded if m["kind"] == "progress" and m["total"] == tars]
+    assert done[0] == 0 and done[-1] == tars and sorted(done) == done
+    # Per-scene lists that need a header listing read the URL tars too.
+    reply = w.run_command("scene_snippets", {"scene_id": "scene_000003"})
+    assert reply["kind"] == "result", reply
+    assert reply["data"]["source"] == "header listing"
+    expected = sorted(s for sc, s in dataset.raw.missing_in_store if sc == "scene_000003")
+    assert reply["data"]["missing_in_store"] == expected
+    fs.rm(root, recursive=True)
+
+
+def test_non_utf8_member_names_are_shown_readably_naming_the_tar(dataset, tmp_path):
+    latin1 = b"sc\xe8ne_latin/snippet_000001.rgb.jpg"
+    with tarfile.open(dataset.raw.raw_dir / "zz-latin1.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo(latin1.decode("utf-8", "surrogateescape"))
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    w = scan(dataset.config)
+    shown = "sc\\xe8ne_latin"
+    assert shown in table_column(w.coverage["scenes"], "scene_id")
+    totals = w.coverage["totals"]
+    assert totals["non_utf8_members"] == 1
+    assert totals["non_utf8_examples"] == [f"zz-latin1.tar: {shown}/snippet_000001.rgb.jpg"]
+    # The scene is clickable by the id the browser shows, lists come from a header listing.
+    reply = w.run_command("scene_snippets", {"scene_id": shown})
+    assert reply["kind"] == "result", reply
+    assert reply["data"]["missing_in_store"] == ["snippet_000001"]
+    # CSV (browser download and file), JSON and the static fallback all carry it as text.
+    reply = w.run_command("csv")
+    assert reply["kind"] == "result" and shown in reply["data"]["text"]
+    assert shown in w.export(tmp_path / "c.csv").read_text(encoding="utf-8")
+    assert (
+        shown
+        in json.loads(w.export(tmp_path / "c.json").read_text(encoding="utf-8"))[-1]["scene_id"]
+    )
+    html_text = w._repr_html_()
+    html_text.encode("utf-8")
+    assert "zz-latin1.tar" in html_text

@@ -124,10 +124,10 @@ def test_analyze_runs_the_engines_in_the_background_and_reports_progress():
     assert widget.origin.module_path == "1.1" and widget.stats.batches == 1
     assert widget.health["origin"]["module_path"] == "1.1"
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model_a.modules())
-    # started at construction when run is given and nothing else: the runtime's task
+    # analysed at construction (in the cell) when run is given and nothing else
     auto = ModelHealthWidget(model_a, lambda m: m(X))
-    auto.last_task.wait(timeout=60)
     assert auto.origin.module_path == "1.1" and auto.health["mode"] == "stats"
+    assert auto.last_task is None
 
 
 def test_analyze_errors_are_replies_and_bad_arguments_are_named():
@@ -140,6 +140,9 @@ def test_analyze_errors_are_replies_and_bad_arguments_are_named():
     reply = widget.run_command("analyze", {})
     assert reply["kind"] == "error" and "forward exploded" in reply["message"]
     assert all(not m._forward_hooks for m in model.modules())
+    with pytest.raises(RuntimeError, match="forward exploded"):
+        ModelHealthWidget(model, run)  # analysed in the cell: the error is the cell's
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     no_run = ModelHealthWidget(model)
     assert not no_run.can_analyze
     assert no_run.run_command("analyze", {})["kind"] == "error"
@@ -170,3 +173,39 @@ def test_health_view_shares_the_selection_with_the_module_table():
     assert health.selected_paths == ["1.1"] and picked.paths == ["1.1"]
     health.set_state({"selected_paths": ["2"]})  # a click in the health view's table
     assert table.selected_paths == ["2"]
+
+
+def test_health_summary_table_exports_as_rows_dataframe_and_files(tmp_path):
+    pd = pytest.importorskip("pandas")
+    model_a = finite()
+    model_b = copy.deepcopy(model_a)
+    with torch.no_grad():
+        model_b[1][1].weight[0, 0] += 0.5
+    diff = compare_models(model_a, model_b, lambda m: m(X))
+    widget = ModelHealthWidget(model_a, diff=diff)
+    rows = widget.to_rows()
+    metadata = inspect_model(model_a)
+    assert [r["path"] for r in rows] == [m.path for m in metadata.modules]
+    assert [r["module_type"] for r in rows] == [m.module_type for m in metadata.modules]
+    by_path = {r["path"]: r for r in rows}
+    entry = next(d for d in diff.modules if d.module_path == "1.1")
+    row = by_path["1.1"]
+    assert row["relative_l2"] == entry.relative_l2 and row["cosine"] == entry.cosine
+    assert row["a_mean"] == entry.summary_a.mean and row["b_std"] == entry.summary_b.std
+    assert row["has_b"] is True and row["calls"] == 1 and row["origin"] is False
+    # The rows are the columns the browser gets, value for value (NaN where unknown).
+    for name in ("a_mean", "b_max", "relative_l2", "calls", "origin"):
+        exported = np.array([r[name] for r in rows], dtype=np.float64)
+        np.testing.assert_array_equal(exported, column(widget.health, name).astype(np.float64))
+    frame = widget.to_dataframe()
+    assert list(frame["path"]) == [m.path for m in metadata.modules]
+    assert frame.loc[frame["path"] == "1.1", "relative_l2"].item() == entry.relative_l2
+    written = widget.export(tmp_path / "health.csv")
+    back = pd.read_csv(written)
+    assert list(back.columns[:2]) == ["path", "module_type"] and len(back) == len(rows)
+    assert back.loc[back["path"] == "1.1", "relative_l2"].item() == pytest.approx(entry.relative_l2)
+    # A new record replaces the exported table too.
+    origin_model = planted()
+    origin = find_nonfinite_origin(origin_model, lambda: origin_model(X))
+    flagged = ModelHealthWidget(origin_model, origin=origin).to_rows()
+    assert [r["path"] for r in flagged if r["origin"]] == ["1.1"]

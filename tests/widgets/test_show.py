@@ -53,3 +53,26 @@ def test_anything_else_is_a_clear_error(tmp_path):
         vinlens.show(tmp_path / "missing")
     with pytest.raises(TypeError, match="unexpected keyword"):
         vinlens.show(Config(), colour="red")
+
+
+def test_health_records_name_the_widget_that_shows_them_with_their_model():
+    from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    x = torch.randn(2, 3)
+    stats = collect_activation_stats(model, [x])
+    diff = compare_models(model, model, lambda m: m(x))
+
+    def bad() -> None:
+        model(torch.full((2, 3), float("nan")))
+
+    origin = find_nonfinite_origin(model, bad)
+    assert origin is not None
+    for record, argument in ((stats, "stats"), (diff, "diff"), (origin, "origin")):
+        name = type(record).__name__
+        with pytest.raises(
+            TypeError,
+            match=rf"cannot show a {name} on its own.*"
+            rf"ModelHealthWidget\(model, {argument}=record\)",
+        ):
+            vinlens.show(record)

@@ -267,3 +267,22 @@ def test_selected_modules_that_did_not_run_are_named():
         "capture", {"module_paths": ["encoder.0", "head"], "limits": {"max_tensors": 1}}
     )
     assert widget.capture_summary["warning"] is None
+
+
+def test_whole_tensor_summaries_travel_with_the_snapshots():
+    _model, widget, _ = make()
+    widget.run_command(
+        "capture", {"module_paths": ["head"], "limits": {"max_samples_per_tensor": 2}}
+    )
+    snaps = widget.snapshots
+    assert all(s.summary is not None for s in snaps)
+    columns, _ = decode(widget.snapshot_table)
+    assert columns["has_summary"] == [True, True]
+    assert columns["summary_mean"] == [s.summary.mean for s in snaps]
+    assert columns["summary_count"] == [s.summary.count for s in snaps] == [3 * 8, 3 * 2]
+    assert columns["summary_nan_count"] == [0, 0]
+    # summaries turned off: NaN columns, has_summary false
+    widget.run_command("capture", {"module_paths": ["head"], "limits": {"max_summary_elements": 0}})
+    columns, _ = decode(widget.snapshot_table)
+    assert columns["has_summary"] == [False, False]
+    assert all(np.isnan(v) for v in columns["summary_std"])

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
 from payload_decode import table_column
@@ -153,9 +157,9 @@ def test_replacement_during_the_read_is_refused_and_old_numbers_marked_stale(tmp
     old = w.payload["header"]["digest"]
     real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
 
-    def replace_then_inspect(request, progress_cb):
+    def replace_then_inspect(request, progress_cb, **kwargs):
         write_synthetic_store(path, SyntheticStoreSpec(seed=9), replace=True)
-        return real_inspect(request, progress_cb)
+        return real_inspect(request, progress_cb, **kwargs)
 
     monkeypatch.setattr(
         dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", replace_then_inspect
@@ -181,10 +185,10 @@ def test_cancel_returns_at_once_and_keeps_the_shown_numbers(store, monkeypatch):
     entered, release = threading.Event(), threading.Event()
     real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
 
-    def blocking_inspect(request, progress_cb):
+    def blocking_inspect(request, progress_cb, **kwargs):
         entered.set()
         release.wait(30)
-        return real_inspect(request, progress_cb)
+        return real_inspect(request, progress_cb, **kwargs)
 
     monkeypatch.setattr(
         dashboard_module, "inspect_vin_offline_dataset_stats_with_progress", blocking_inspect
@@ -214,12 +218,12 @@ def test_progress_counts_rows_and_a_cancel_stops_the_engine_at_a_shard(tmp_path,
     calls: list[tuple[int, int]] = []
     real_inspect = dashboard_module.inspect_vin_offline_dataset_stats_with_progress
 
-    def counting_inspect(request, progress_cb):
+    def counting_inspect(request, progress_cb, **kwargs):
         def cb(done, total):
             calls.append((done, total))
             progress_cb(done, total)
 
-        return real_inspect(request, cb)
+        return real_inspect(request, cb, **kwargs)
 
     def send(self, content, buffers=None):
         sent.append(content)
@@ -306,3 +310,97 @@ def test_dashboard_payload_is_a_pure_function_of_the_records(store):
     assert split_buffers(a) == split_buffers(b)
     shutil.rmtree(store.config.store_dir)  # the payload needs no files once acquired
     assert dashboard_payload(stats, request)["header"]["digest"] == request.digest()
+
+
+def test_executor_computes_the_shards_and_progress_follows_the_workers(tmp_path, monkeypatch):
+    path = tmp_path / "store"
+    spec = SyntheticStoreSpec(
+        num_scenes=32, snippets_per_scene=8, rows_per_shard=256, num_candidates=4
+    )
+    write_synthetic_store(path, spec)
+    sent: list[dict] = []
+    monkeypatch.setattr(
+        StoreDashboardWidget, "send", lambda self, content, buffers=None: sent.append(content)
+    )
+    submitted: list[object] = []
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            submitted.append(args[0])
+            return super().submit(*args, **kwargs)
+
+    with Counting(max_workers=2) as executor:
+        w = StoreDashboardWidget(path, max_samples=None, executor=executor)
+        stats = w.wait(120)
+    assert submitted  # the engine's shard tasks ran on the given executor
+    assert stats == collect_vin_offline_dataset_stats(path, max_samples=None)
+    # One progress report before the first task and one as each task finishes.
+    rows = [(m["done"], m["total"]) for m in sent if m["kind"] == "progress" and m["total"]]
+    assert len(rows) == len(submitted) + 1
+    assert rows[0] == (0, 512) and rows[-1] == (512, 512)
+    assert [d for d, _ in rows] == sorted(d for d, _ in rows)
+    assert w.acquisition["state"] == "done"
+
+
+def test_storage_options_replace_the_configs(store):
+    w = StoreDashboardWidget(store.config, storage_options={"anon": True})
+    w.wait(120)
+    assert w.config.storage_options == {"anon": True}
+    assert w.config.store_dir == store.config.store_dir  # local paths ignore the options
+
+
+def test_the_problem_list_is_the_engines(store):
+    from vinlens.store import diagnostics
+
+    w = widget_for(store.config.store_dir, max_samples=None)
+    assert dashboard_module.dashboard_problems is diagnostics.dashboard_problems
+    assert w.payload["problems"] == diagnostics.dashboard_problems(w.stats)
+    assert any(p["severity"] == "notice" for p in w.payload["problems"])
+    # Every unpaired key the engine sampled is sent (the browser collapses long lists).
+    assert (
+        w.payload["pairs"]["unpaired_examples"]
+        == [str(k) for k in w.stats.rri_pairing_unavailable_sample_keys][
+            : dashboard_module.MAX_UNPAIRED_EXAMPLES
+        ]
+    )
+
+
+def test_a_url_store_on_an_executor_shows_the_same_numbers(store, monkeypatch):
+    fs = fsspec.filesystem("memory")
+    root = f"/vinlens-dashboard-{uuid.uuid4().hex}"
+    fs.put(str(store.config.store_dir), f"{root}/store", recursive=True)
+    url = f"memory://{root}/store"
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        w = StoreDashboardWidget(url, max_samples=None, executor=executor)
+        stats = w.wait(120)
+        reply = w.run_command("refresh", {})
+        assert reply["kind"] == "result" and reply["data"]["replaced"] is False
+    # The executor is the caller's: once it is shut down, a refresh is an error reply.
+    reply = w.run_command("refresh", {})
+    assert reply["kind"] == "error" and "shutdown" in reply["message"], reply["message"]
+    local = collect_vin_offline_dataset_stats(store.config, max_samples=None)
+    # Everything but where the store is (its path and generation) equals the local read.
+    assert (
+        dataclasses.replace(stats, store_dir=local.store_dir, generation=local.generation) == local
+    )
+    assert w.store_path == url and w.payload["header"]["store_dir"] == url
+    fs.rm(root, recursive=True)
+
+
+def test_payload_arrays_hold_the_engine_values_exactly():
+    """The fast array builders give what ``np.asarray`` gives, and refuse malformed pairs."""
+    pairs = [(0.1, 2.0), (float("nan"), -1.5), (3.0, float("inf"))]
+    rri, value = dashboard_module._pairs_arrays(pairs)
+    reference = np.asarray(pairs, dtype=np.float64)
+    np.testing.assert_array_equal(rri, reference[:, 0])
+    np.testing.assert_array_equal(value, reference[:, 1])
+    assert dashboard_module._pairs_arrays([])[0].shape == (0,)
+    with pytest.raises(ValueError, match="RRI pairs"):
+        dashboard_module._pairs_arrays([(1.0, 2.0, 3.0), (4.0,)])
+    values = (1, 2.5, 1e40, -0.0)
+    with np.errstate(over="ignore"):  # 1e40 is inf in float32, as asarray makes it
+        array = dashboard_module._float_array(values, np.float32)
+        np.testing.assert_array_equal(array, np.asarray(values, dtype=np.float32))
+    assert array.dtype == np.float32
+    grid = np.arange(6, dtype=np.float64).reshape(2, 3)
+    assert dashboard_module._float_array(grid, np.float32).shape == (6,)

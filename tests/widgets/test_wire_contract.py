@@ -10,6 +10,7 @@ meaning. A widget added to vinlens gets a case in ``_cases`` below.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -90,6 +91,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         AttributionViewerWidget,
         ConfigTreeWidget,
         CoverageHeatmapWidget,
+        ModelHealthWidget,
         ModuleTableWidget,
         SnapshotBrowserWidget,
         StoreDashboardWidget,
@@ -107,6 +109,42 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
             model, lambda: model(batch), limits=CaptureLimits(max_samples_per_tensor=8)
         )
         w.capture(module_paths=["encoders.rgb.conv1", "head"])
+        return w
+
+    def model_health() -> Any:
+        from vinlens.health import collect_activation_stats, find_nonfinite_origin
+
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            net[0].weight[0, 0] = float("nan")  # a NaN origin, non-finite statistics
+        stats = collect_activation_stats(net, [x, x * 2])
+        origin = find_nonfinite_origin(net, lambda: net(x))
+        return ModelHealthWidget(net, stats=stats, origin=origin)
+
+    def model_health_diff() -> Any:
+        from vinlens.health import compare_models
+
+        a = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        b = copy.deepcopy(a)
+        with torch.no_grad():
+            b[2].weight[0, 0] += 0.5
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
+        return ModelHealthWidget(a, diff=compare_models(a, b, lambda m: m(x)))
+
+    def attribution_dataset() -> Any:
+        # Labelled batches: the payload then has per-class maps and concentration strips,
+        # some of whose samples are past the kept ones (kept_index null).
+        batches = []
+        for b in range(2):
+            parts = [make_camera_images(seed=20 + 2 * b + i) for i in range(2)]
+            camera_batch = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            batches.append((camera_batch, torch.tensor([b, 1])))
+        w = AttributionViewerWidget(
+            model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
+        )
+        w.explain_dataset(batches, keep_samples=3, percentiles=(50,))
+        assert len(w.dataset["classes"]) == 3, w.dataset["classes"]
         return w
 
     def dashboard() -> Any:
@@ -135,6 +173,9 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
             model, images, target_class=EVIDENCE_CLASS, layer="encoders.{camera}.conv3"
         ),
     )
+    yield "attribution_viewer_dataset", attribution_dataset
+    yield "model_health_stats_and_origin", model_health
+    yield "model_health_diff", model_health_diff
     yield "store_dashboard", dashboard
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
@@ -195,4 +236,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     }
     assert not failures, f"{sorted(failures)} disagree; first: {next(iter(failures.values()), '')}"
     assert set(names) <= set(tests), (names, sorted(tests))
+    assert "attribution_viewer_dataset has what the dataset view reads" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

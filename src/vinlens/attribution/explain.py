@@ -19,27 +19,35 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vinlens.attribution.flatness import DEFAULT_RELATIVE_SPAN, map_flatness
+from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.methods import (
     ablation_cam_with_scores,
-    grad_cam_from_tensors,
-    grad_cam_plus_plus_from_tensors,
+    cam_from_channel_weights,
     gradient_captures,
 )
+from vinlens.attribution.registry import METHOD_REGISTRY
 from vinlens.attribution.targets import CameraExplanationTarget
 
 __all__ = [
     "ATTRIBUTION_METHODS",
+    "NEAR_FLAT_SPREAD",
     "CameraAttribution",
     "ImageLike",
     "check_camera_targets",
     "explain_cameras",
+    "near_flat_cameras",
     "normalize_map",
 ]
 
-ATTRIBUTION_METHODS: tuple[str, ...] = ("grad_cam", "grad_cam_plus_plus", "ablation_cam")
-"""Method names :func:`explain_cameras` accepts, in the order a viewer lists them."""
+NEAR_FLAT_SPREAD = DEFAULT_RELATIVE_SPAN
+"""Default of :func:`near_flat_cameras`: the relative span of
+:func:`~vinlens.attribution.flatness.map_flatness` (a map whose spread is at most this
+fraction of the widest spread among the cameras explained with it is near flat)."""
 
-ImageLike = torch.Tensor | np.ndarray
+ATTRIBUTION_METHODS: tuple[str, ...] = tuple(METHOD_REGISTRY)
+"""Method names :func:`explain_cameras` accepts, in the order a viewer lists them
+(the keys of :data:`~vinlens.attribution.registry.METHOD_REGISTRY`)."""
 
 
 def check_camera_targets(
@@ -109,6 +117,11 @@ class CameraAttribution:
         return (int(self.raw_map.shape[0]), int(self.raw_map.shape[1]))
 
     @property
+    def spread(self) -> float:
+        """``raw_max - raw_min``: how much the map varies at all."""
+        return self.raw_max - self.raw_min
+
+    @property
     def image_shape(self) -> tuple[int, int]:
         """``(H, W)`` of the camera image."""
         return (int(self.upsampled_map.shape[0]), int(self.upsampled_map.shape[1]))
@@ -127,6 +140,31 @@ class CameraAttribution:
             vmin=self.raw_min if vmin is None else vmin,
             vmax=self.raw_max if vmax is None else vmax,
         )
+
+
+def near_flat_cameras(
+    records: Iterable[CameraAttribution], *, relative_spread: float = NEAR_FLAT_SPREAD
+) -> frozenset[tuple[int, str]]:
+    """``(sample_index, camera_key)`` of the maps that are near flat beside the others.
+
+    Normalised per camera, a map spanning 1.8e-4 to 2.0e-4 looks as hot as one spanning
+    0 to 0.5. A map is near flat when its :attr:`~CameraAttribution.spread` is at most
+    ``relative_spread`` times the widest spread among the records of the same sample
+    (every map of a sample is near flat when all their spreads are zero), or at most the
+    absolute floor of :func:`~vinlens.attribution.flatness.map_flatness`, which applies
+    the rule to each sample's records. A viewer marks these and shows their raw range.
+    """
+    if not 0.0 <= relative_spread < 1.0:
+        raise ValueError(f"relative_spread must be in [0, 1), got {relative_spread!r}.")
+    by_sample: dict[int, list[CameraAttribution]] = {}
+    for record in records:
+        by_sample.setdefault(record.sample_index, []).append(record)
+    flat: set[tuple[int, str]] = set()
+    for sample, found in by_sample.items():
+        ranges = {record.camera_key: (record.raw_min, record.raw_max) for record in found}
+        judged = map_flatness(ranges, relative_span=relative_spread)
+        flat.update((sample, key) for key, verdict in judged.items() if verdict.flat)
+    return frozenset(flat)
 
 
 def normalize_map(
@@ -156,36 +194,6 @@ def _model_device(model: nn.Module) -> torch.device:
     for buffer in model.buffers():
         return buffer.device
     return torch.device("cpu")
-
-
-def _batched_images(
-    images: Mapping[str, ImageLike], device: torch.device
-) -> dict[str, torch.Tensor]:
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError("images must be a non-empty mapping camera key -> image tensor/array.")
-    batched: dict[str, torch.Tensor] = {}
-    batch_size: int | None = None
-    for key, image in images.items():
-        if not isinstance(image, torch.Tensor | np.ndarray):
-            raise TypeError(
-                f"Camera {key!r} image must be a torch.Tensor or numpy array, "
-                f"got {type(image).__name__}."
-            )
-        tensor = torch.as_tensor(image)
-        if tensor.ndim == 3:
-            tensor = tensor.unsqueeze(0)
-        if tensor.ndim != 4:
-            raise ValueError(
-                f"Camera {key!r} image has shape {tuple(tensor.shape)}; expected [C, H, W] "
-                "or [B, C, H, W]."
-            )
-        if batch_size is not None and tensor.shape[0] != batch_size:
-            raise ValueError(
-                f"Camera {key!r} has batch size {tensor.shape[0]}, other cameras {batch_size}."
-            )
-        batch_size = tensor.shape[0]
-        batched[key] = tensor.to(device)
-    return batched
 
 
 def _output_score(score: int | OutputScore) -> OutputScore:
@@ -252,7 +260,10 @@ def explain_cameras(
 
     Raises:
         ValueError: Unknown method, a target camera missing from ``images``, images of
-            the wrong rank, or errors from the methods (bad layer path, bad score).
+            the wrong rank, or errors from the methods (bad layer path, bad score, an
+            output index out of range, or a
+            :class:`~vinlens.attribution.layout.LayerLayoutError` for a layer output that
+            cannot be read as ``[B, C, H, W]`` without a ``layout`` or ``reshape_transform``).
         RuntimeError: When a target layer never sees its camera or the score does not
             depend on it (see :mod:`vinlens.attribution.methods`).
     """
@@ -268,7 +279,7 @@ def explain_cameras(
             f"Unknown attribution method {method!r}; expected one of {ATTRIBUTION_METHODS}."
         )
     targets = check_camera_targets(targets, images)
-    batched = _batched_images(images, _model_device(model))
+    batched = camera_image_batches(images, device=_model_device(model))
     output_score = _output_score(score)
     run_forward = forward if forward is not None else model
 
@@ -276,7 +287,8 @@ def explain_cameras(
         return output_score(run_forward(batched))
 
     maps: list[torch.Tensor]
-    if method == "ablation_cam":
+    entry = METHOD_REGISTRY[method]
+    if entry.kind == "ablation":
 
         def replicated_score(repeats: int) -> torch.Tensor:
             tiled = {key: image.repeat(repeats, 1, 1, 1) for key, image in batched.items()}
@@ -290,14 +302,17 @@ def explain_cameras(
                 score_once,
                 replicated_score=replicated_score,
                 channel_batch_size=channel_batch_size,
+                channel_weights=entry.channel_weights,
             )
             maps.append(cam)
             if progress is not None:
                 progress(done, len(targets))
     else:
         captured, scores = gradient_captures(model, targets, score_once)
-        combine = grad_cam_from_tensors if method == "grad_cam" else grad_cam_plus_plus_from_tensors
-        maps = [combine(activation, gradient) for activation, gradient in captured]
+        maps = [
+            cam_from_channel_weights(entry.channel_weights(activation, gradient), activation)
+            for activation, gradient in captured
+        ]
         if progress is not None:
             progress(len(targets), len(targets))
 

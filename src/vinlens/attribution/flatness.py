@@ -5,6 +5,7 @@ look exactly as hot as one that spans 0..0.8: the colours say nothing about how 
 camera's evidence matters. :func:`map_flatness` compares each camera's raw span
 (``max - min``) with the largest span among the cameras shown together and with an
 absolute floor, so a viewer (or a script) can say which maps carry no real structure.
+:func:`~vinlens.attribution.explain.near_flat_cameras` applies the same rule to records.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = [
     "map_flatness",
 ]
 
-DEFAULT_RELATIVE_SPAN = 0.05
+DEFAULT_RELATIVE_SPAN = 0.01
 """A map whose span is at most this fraction of the largest camera's span is near-flat."""
 
 DEFAULT_ABSOLUTE_SPAN = 1e-6

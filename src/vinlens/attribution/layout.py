@@ -47,6 +47,7 @@ __all__ = [
     "LayerLayoutError",
     "SpatialReader",
     "infer_nchw_evidence",
+    "layout_is_known",
     "parse_layout",
     "spatial_reader",
 ]
@@ -168,6 +169,13 @@ def _node_name(node: object) -> str:
     name = type(node).__name__
     index = name.find("Backward")
     return name[:index] if index > 0 else name
+
+
+def layout_is_known(
+    layout: str | None, reshape_transform: ReshapeTransform | None, module: nn.Module
+) -> bool:
+    """Whether the layout is settled without looking at the output's autograd history."""
+    return layout is not None or reshape_transform is not None or isinstance(module, _NCHW_MODULES)
 
 
 def infer_nchw_evidence(module: nn.Module, output: torch.Tensor) -> bool:

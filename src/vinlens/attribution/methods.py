@@ -43,6 +43,7 @@ from vinlens.attribution.capture import (
     select_tensor_output,
     should_capture_invocation,
 )
+from vinlens.attribution.layout import layout_is_known
 from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget, VisionCaptureMode
 
 __all__ = [
@@ -163,8 +164,8 @@ def _per_sample_scores(value: torch.Tensor, batch_size: int, *, what: str) -> to
 def _missing_activation_error(target: CameraExplanationTarget, call_count: int) -> RuntimeError:
     return RuntimeError(
         f"Target layer {target.target.module_path!r} never produced camera "
-        f"{target.camera_key!r}'s activation (capture mode {target.capture_mode!r}, "
-        f"invocation_index={target.invocation_index}); the layer ran {call_count} time(s) "
+        f"{target.camera_key!r}: no activation for it in capture mode {target.capture_mode!r} "
+        f"(invocation_index={target.invocation_index}); the layer ran {call_count} time(s) "
         "during score(). Check the module path, the capture mode and the invocation index."
     )
 
@@ -386,17 +387,24 @@ def ablation_cam_with_scores(
     replicated_score: ReplicatedScore | None = None,
     channel_batch_size: int = 32,
     ablation_value: float = 0.0,
+    channel_weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`ablation_cam` plus the unablated per-sample scores ``[B]`` it measured."""
+    """:func:`ablation_cam` plus the unablated per-sample scores ``[B]`` it measured.
+
+    ``channel_weights(base_scores [B], ablated_scores [C, B]) -> [B, C]`` replaces
+    :func:`ablation_weights` (a registry entry of kind ``"ablation"`` passes its own).
+    """
     if channel_batch_size < 1:
         raise ValueError(f"channel_batch_size must be >= 1, got {channel_batch_size}.")
     module = resolve_target_module(model, target.target)
     capture = ActivationCapture(target)
-    # The unablated forward keeps its autograd history so that an unhinted layout can
-    # be decided from how the layer output was computed, as the gradient methods do.
+    # Where the layout is neither given nor fixed by the module type, the unablated
+    # forward keeps its autograd history so that it can be decided from how the layer
+    # output was computed, as the gradient methods do.
+    history = not layout_is_known(target.target.layout, target.target.reshape_transform, module)
     with ExitStack() as stack:
-        stack.enter_context(explanation_mode(model, enable_parameter_grads=True))
-        stack.enter_context(torch.enable_grad())
+        stack.enter_context(explanation_mode(model, enable_parameter_grads=history))
+        stack.enter_context(torch.enable_grad() if history else torch.no_grad())
         stack.callback(module.register_forward_hook(capture.forward_hook).remove)
         baseline = _score_tensor(score()).detach()
     with explanation_mode(model, enable_parameter_grads=False), torch.no_grad():
@@ -447,5 +455,6 @@ def ablation_cam_with_scores(
                 value, repeats * batch, what=what
             ).reshape(repeats, batch)
 
-        weights = ablation_weights(base_scores, ablated_scores)
+        weigh = ablation_weights if channel_weights is None else channel_weights
+        weights = weigh(base_scores, ablated_scores)
         return cam_from_channel_weights(weights.to(activation.dtype), activation), base_scores

@@ -14,26 +14,42 @@ the right tensor:
 
 Targets are frozen and validated at construction, so a wrong routing field fails
 where it was written rather than as a silently wrong heatmap later.
+
+Which layers a user can pick, per mode (:func:`layer_choices`, with ``{camera}``
+templates from :func:`camera_layer_templates`), and which modes a picked layer can
+satisfy (:func:`capture_modes_for_layer`), are answered here too, so every front end
+offers the same choices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
+from torch import nn
 
+from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.layout import parse_layout
 
 __all__ = [
+    "CAMERA_PLACEHOLDER",
     "CameraExplanationTarget",
+    "LayerCalls",
+    "LayerChoice",
     "LayerTarget",
     "VisionCaptureMode",
+    "camera_layer_templates",
     "camera_targets_for_layer",
+    "capture_modes_for_layer",
+    "layer_choices",
+    "probe_layer_calls",
 ]
 
 CAMERA_PLACEHOLDER = "{camera}"
+"""Stands for the camera key in a dedicated-layer path (``"encoders.{camera}.conv3"``)."""
 
 
 class VisionCaptureMode(StrEnum):
@@ -271,3 +287,217 @@ def _dedicated_layer_paths(layer: str | Mapping[str, str], keys: list[str]) -> d
         f"{keys} each need their own; use a path with {CAMERA_PLACEHOLDER!r} or a mapping "
         "camera key -> module path."
     )
+
+
+# -- layer choices -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """A layer a user can pick: module path (or ``{camera}`` template) and its module type."""
+
+    path: str
+    module_type: str
+
+
+@dataclass(frozen=True)
+class LayerCalls:
+    """How often a module ran in one forward, and the batch size of each call's output.
+
+    ``batch_sizes`` holds ``None`` for a call whose output had no tensor to measure.
+    """
+
+    path: str
+    batch_sizes: tuple[int | None, ...]
+
+    @property
+    def calls(self) -> int:
+        """Number of calls in the forward."""
+        return len(self.batch_sizes)
+
+
+def camera_layer_templates(
+    module_paths: Iterable[str], camera_keys: Sequence[str]
+) -> tuple[str, ...]:
+    """``{camera}`` templates that name one module per camera, in first-seen order.
+
+    A template is offered when a path has a camera key as one of its dotted parts and
+    the path with that part replaced by each camera key exists
+    (``encoders.rgb.conv3`` -> ``encoders.{camera}.conv3`` when ``encoders.<key>.conv3``
+    exists for every key).
+    """
+    paths = list(module_paths)
+    existing = set(paths)
+    keys = list(camera_keys)
+    templates: dict[str, None] = {}
+    for path in paths:
+        parts = path.split(".")
+        for index, part in enumerate(parts):
+            if part not in keys:
+                continue
+            template = ".".join([*parts[:index], CAMERA_PLACEHOLDER, *parts[index + 1 :]])
+            if template not in templates and all(
+                template.replace(CAMERA_PLACEHOLDER, key) in existing for key in keys
+            ):
+                templates[template] = None
+    return tuple(templates)
+
+
+def _module_types(model: nn.Module) -> dict[str, str]:
+    return {path: type(module).__name__ for path, module in model.named_modules() if path}
+
+
+def layer_choices(
+    model: nn.Module,
+    camera_keys: Sequence[str],
+    *,
+    images: Mapping[str, ImageLike] | None = None,
+    forward: Callable[[dict[str, torch.Tensor]], object] | None = None,
+) -> dict[str, tuple[LayerChoice, ...]]:
+    """The layers a user can pick, per capture mode value, in ``named_modules`` order.
+
+    Without ``images``: every module for the shared modes (``per_camera_call``,
+    ``stacked_camera_batch``), and the ``{camera}`` templates
+    (:func:`camera_layer_templates`) for ``dedicated_layer`` (every module when there
+    is one camera). With ``images`` (camera key -> image, as the model gets them) one
+    forward (:func:`probe_layer_calls`) keeps for each mode only the layers that can
+    satisfy it (:func:`capture_modes_for_layer`).
+    """
+    keys = list(camera_keys)
+    types = _module_types(model)
+    shared = tuple(LayerChoice(path, module_type) for path, module_type in types.items())
+    if len(keys) == 1:
+        dedicated = shared
+    else:
+        dedicated = tuple(
+            LayerChoice(template, types[template.replace(CAMERA_PLACEHOLDER, keys[0])])
+            for template in camera_layer_templates(types, keys)
+        )
+    choices = {
+        VisionCaptureMode.DEDICATED_LAYER.value: dedicated,
+        VisionCaptureMode.PER_CAMERA_CALL.value: shared,
+        VisionCaptureMode.STACKED_CAMERA_BATCH.value: shared,
+    }
+    if images is None:
+        return choices
+    calls, batch = _probe(model, keys, images, forward)
+    return {
+        mode: tuple(c for c in options if _satisfies(c.path, mode, keys, calls, batch))
+        for mode, options in choices.items()
+    }
+
+
+def capture_modes_for_layer(
+    model: nn.Module,
+    layer: str | Mapping[str, str],
+    camera_keys: Sequence[str],
+    *,
+    images: Mapping[str, ImageLike] | None = None,
+    forward: Callable[[dict[str, torch.Tensor]], object] | None = None,
+) -> tuple[str, ...]:
+    """The capture mode values a layer choice can satisfy, in :class:`VisionCaptureMode` order.
+
+    Without ``images`` the answer is structural: ``dedicated_layer`` needs a mapping or
+    a ``{camera}`` template naming an existing module for every camera (or one module
+    and one camera); the shared modes need one existing module path without
+    ``{camera}``. With ``images`` one forward also checks how the layer runs:
+    ``dedicated_layer`` needs each camera's module called once with the batch size of
+    the images; ``per_camera_call`` one call per camera, each with that batch size;
+    ``stacked_camera_batch`` one call whose batch is ``cameras x batch size``.
+    """
+    keys = list(camera_keys)
+    calls: dict[str, LayerCalls] | None = None
+    batch = 0
+    if images is not None:
+        calls, batch = _probe(model, keys, images, forward)
+    types = _module_types(model)
+    modes = []
+    for mode in VisionCaptureMode:
+        try:
+            targets = camera_targets_for_layer(layer, mode, keys)
+        except ValueError:
+            continue
+        paths = {target.target.module_path for target in targets}
+        if not all(path in types for path in paths):
+            continue
+        if calls is not None and not all(
+            _satisfies(path, mode.value, keys, calls, batch, templated=False) for path in paths
+        ):
+            continue
+        modes.append(mode.value)
+    return tuple(modes)
+
+
+def probe_layer_calls(
+    model: nn.Module,
+    images: Mapping[str, ImageLike],
+    *,
+    forward: Callable[[dict[str, torch.Tensor]], object] | None = None,
+) -> dict[str, LayerCalls]:
+    """Run one forward (eval mode, no gradients) and record every module's calls.
+
+    Images are normalised with
+    :func:`~vinlens.attribution.images.camera_image_batches` and moved to the model's
+    device; the model comes back with its training flags unchanged and no hooks left.
+    """
+    from vinlens.attribution.methods import explanation_mode  # methods imports this module
+
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    batches = camera_image_batches(images, device=device)
+    sizes: dict[str, list[int | None]] = {path: [] for path, _ in model.named_modules() if path}
+
+    def recorder(path: str) -> Callable[[nn.Module, object, object], None]:
+        def record(_module: nn.Module, _inputs: object, output: object) -> None:
+            tensor = output
+            if isinstance(output, tuple):
+                tensor = next((item for item in output if isinstance(item, torch.Tensor)), None)
+            sizes[path].append(
+                int(tensor.shape[0]) if isinstance(tensor, torch.Tensor) and tensor.ndim else None
+            )
+
+        return record
+
+    with ExitStack() as stack:
+        stack.enter_context(explanation_mode(model, enable_parameter_grads=False))
+        stack.enter_context(torch.no_grad())
+        for path, module in model.named_modules():
+            if path:
+                stack.callback(module.register_forward_hook(recorder(path)).remove)
+        (forward if forward is not None else model)(batches)
+    return {path: LayerCalls(path, tuple(values)) for path, values in sizes.items()}
+
+
+def _probe(
+    model: nn.Module,
+    keys: list[str],
+    images: Mapping[str, ImageLike],
+    forward: Callable[[dict[str, torch.Tensor]], object] | None,
+) -> tuple[dict[str, LayerCalls], int]:
+    calls = probe_layer_calls(model, images, forward=forward)
+    batch = next(iter(camera_image_batches(images).values())).shape[0]
+    return calls, int(batch)
+
+
+def _satisfies(
+    path: str,
+    mode: str,
+    keys: list[str],
+    calls: Mapping[str, LayerCalls],
+    batch: int,
+    *,
+    templated: bool = True,
+) -> bool:
+    """Whether the module(s) behind a layer choice ran the way ``mode`` reads them."""
+    if mode == VisionCaptureMode.DEDICATED_LAYER.value:
+        paths = (
+            [path.replace(CAMERA_PLACEHOLDER, key) for key in keys]
+            if templated and CAMERA_PLACEHOLDER in path
+            else [path]
+        )
+        return all(path in calls and calls[path].batch_sizes == (batch,) for path in paths)
+    record = calls.get(path)
+    if record is None:
+        return False
+    if mode == VisionCaptureMode.PER_CAMERA_CALL.value:
+        return record.batch_sizes == (batch,) * len(keys)
+    return record.batch_sizes == (batch * len(keys),)

@@ -75,6 +75,7 @@ def build_parser(
             group_parser = subparsers[prefix[:-1]].add_parser(
                 name, help=group.help, description=group.description
             )
+            _debug_flag(group_parser, default=argparse.SUPPRESS)
             group_parser.set_defaults(handler=lambda _args, p=group_parser: _print_help(p))
             subparsers[prefix] = group_parser.add_subparsers(
                 dest="_".join(prefix) + "_command", metavar="COMMAND"
@@ -82,7 +83,8 @@ def build_parser(
         leaf_parser = subparsers[tuple(path)].add_parser(
             leaf, help=command.help, description=command.description
         )
-        # SUPPRESS keeps `vinlens --debug store info` working: the leaf only sets it when given.
+        # SUPPRESS keeps `vinlens --debug store info` working: only the level that
+        # sees the flag sets it, so it may come before or after any command word.
         _debug_flag(leaf_parser, default=argparse.SUPPRESS)
         command.add_arguments(leaf_parser)
         leaf_parser.set_defaults(handler=command.run)

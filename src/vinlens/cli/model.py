@@ -14,15 +14,12 @@ pay for them.
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import importlib
-import json
 import math
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vinlens.cli.arguments import non_negative_int, positive_int
 from vinlens.cli.table import format_table
 
 if TYPE_CHECKING:
@@ -51,6 +48,8 @@ DEFAULT_TARGET = "torch.nn.Transformer"
 
 def _parse_value(text: str) -> Any:
     """``--arg`` values: Python literals where they parse (8, 0.1, True, None), else the string."""
+    import ast
+
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -103,6 +102,8 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         what = f"class {cls.__qualname__}" if isinstance(cls, type) else type(cls).__name__
         raise ValueError(f"TARGET {target!r} exists but is a {what}, not an nn.Module class")
+    import warnings
+
     try:
         with warnings.catch_warnings():
             # nn.Transformer() with its defaults advises batch_first on every construction;
@@ -282,14 +283,6 @@ def run(args: argparse.Namespace) -> int:
 
     from vinlens.model_inspection import CaptureLimits, capture_model, inspect_model
 
-    for option, value, least in (
-        ("--limit", args.limit, 0),
-        ("--snapshots", args.snapshots, 0),
-        ("--batch", args.batch, 1),
-        ("--seq-len", args.seq_len, 1),
-    ):
-        if value < least:
-            raise ValueError(f"{option} must be >= {least}, got {value}")
     torch.manual_seed(args.seed)
     model = build_model(args.target, _constructor_kwargs(args))
     model.train(args.train)
@@ -307,6 +300,9 @@ def run(args: argparse.Namespace) -> int:
             model(*inputs)
 
     if args.json:
+        import dataclasses
+        import json
+
         payload: dict[str, Any] = {"model": dataclasses.asdict(metadata)}
         if capture is not None:
             payload["capture"] = {
@@ -361,18 +357,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-first", action="store_true", help="pass batch_first=True")
     parser.add_argument("--d-model", type=int, help="pass d_model=N (transformers)")
-    parser.add_argument("--batch", type=int, default=2, help="batch size of the random input")
     parser.add_argument(
-        "--seq-len", type=int, default=10, help="sequence length of the random input"
+        "--batch", type=positive_int, default=2, help="batch size of the random input (default 2)"
+    )
+    parser.add_argument(
+        "--seq-len",
+        type=positive_int,
+        default=10,
+        help="sequence length of the random input (default 10)",
     )
     parser.add_argument(
         "--input-shape", type=_shape, help="shape of one random float input, e.g. 2,3,64,64"
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--limit", type=int, default=40, help="module rows to print (default 40)")
+    parser.add_argument(
+        "--limit", type=non_negative_int, default=40, help="module rows to print (default 40)"
+    )
     parser.add_argument("--all", action="store_true", help="print every module row")
     parser.add_argument(
-        "--snapshots", type=int, default=12, help="snapshot rows to print (default 12)"
+        "--snapshots", type=non_negative_int, default=12, help="snapshot rows to print (default 12)"
     )
     parser.add_argument(
         "--train",

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from vinlens.cli import demo, model, store
 
 __all__ = ["COMMANDS", "GROUPS", "Command", "Group"]
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """A word that gathers commands (``vinlens store ...``)."""
 
     name: str
@@ -26,8 +25,7 @@ class Group:
     description: str
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One ``vinlens`` command: ``name`` is its words after ``vinlens``, space-separated."""
 
     name: str

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vinlens.cli.arguments import non_negative_int, positive_int
 from vinlens.cli.progress import ProgressBar
-from vinlens.cli.table import format_fields, print_json
+from vinlens.cli.table import format_fields, print_json, to_json_value
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from vinlens.store.format import VinOfflineStoreConfig
 
 __all__ = [
@@ -47,26 +48,6 @@ DASK_EXTRA_HINT = "pip install 'vinlens[dask]'"
 # --------------------------------------------------------------------------- argument types
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _storage_option(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
@@ -74,6 +55,8 @@ def _storage_option(text: str) -> tuple[str, Any]:
             f"expected KEY=VALUE (e.g. anon=true or client_kwargs.endpoint_url=http://host:9000), "
             f"got {text!r}"
         )
+    import json
+
     try:
         value: Any = json.loads(raw)
     except ValueError:
@@ -125,7 +108,7 @@ def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="scan shards on N local processes (default: in this process)",
@@ -181,12 +164,9 @@ def _store_config(
 ) -> VinOfflineStoreConfig:
     from vinlens.store.format import VinOfflineStoreConfig
 
-    fields: dict[str, Any] = {"store_dir": store}
-    if raw is not None:
-        fields["raw_dataset_dir"] = raw
-    if storage_options is not None:
-        fields["storage_options"] = storage_options
-    return VinOfflineStoreConfig(**fields)
+    return VinOfflineStoreConfig(
+        store_dir=store, raw_dataset_dir=raw, storage_options=storage_options
+    )
 
 
 @contextlib.contextmanager
@@ -198,10 +178,6 @@ def _progress(args: argparse.Namespace, label: str, unit: str) -> Iterator[Progr
     finally:
         if bar is not None:
             bar.close()
-
-
-def _with_executor(executor: Executor | None) -> dict[str, Any]:
-    return {} if executor is None else {"executor": executor}
 
 
 # --------------------------------------------------------------------------- make-demo
@@ -315,7 +291,7 @@ def info(args: argparse.Namespace) -> int:
     config = _store_config(args.store, parse_storage_options(args.storage_options))
     with VinOfflineStoreReader(config) as reader:
         if args.json:
-            print(json.dumps(reader.manifest.to_json_dict(), indent=2))
+            print_json(reader.manifest.to_json_dict())
         else:
             print(format_info(reader))
     return 0
@@ -327,8 +303,9 @@ STATS_HELP = "statistics and integrity problems of a store"
 STATS_DESCRIPTION = (
     "Scan a store and print its statistics: samples per split, scenes and snippets, valid "
     "candidates per sample, RRI and its components, candidate poses, backbone field "
-    "moments, memory per sample, the batch shapes a DataLoader would produce, and every "
-    "integrity problem found (a damaged chunk is listed, never counted). Per-sample "
+    "moments, memory per sample, the batch shapes a DataLoader would produce, and the "
+    "problems found, ranked as the store dashboard ranks them: integrity errors (a damaged "
+    "chunk is listed, never counted), warnings and notices. Per-sample "
     "statistics read --max-samples rows spread over splits and shards; --all reads every "
     "row with bounded memory."
 )
@@ -340,7 +317,7 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--max-samples",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=512,
         metavar="N",
         help="rows read for per-sample statistics (default 512)",
@@ -354,6 +331,7 @@ def stats(args: argparse.Namespace) -> int:
     from vinlens.cli.store_tables import format_stats
     from vinlens.store.diagnostics import (
         capture_vin_offline_dataset_stats_request,
+        dashboard_problems,
         inspect_vin_offline_dataset_stats_with_progress,
     )
 
@@ -364,11 +342,10 @@ def stats(args: argparse.Namespace) -> int:
         _progress(args, "scanning", "rows") as bar,
     ):
         request = capture_vin_offline_dataset_stats_request(config, max_samples=max_samples)
-        record = inspect_vin_offline_dataset_stats_with_progress(
-            request, bar, **_with_executor(executor)
-        )
+        record = inspect_vin_offline_dataset_stats_with_progress(request, bar, executor=executor)
     if args.json:
-        print_json(record)
+        # The record plus the engine's ranked problems (what the dashboard shows).
+        print_json({**to_json_value(record), "problems": dashboard_problems(record)})
     else:
         print(format_stats(record))
     return 0
@@ -391,7 +368,7 @@ def add_coverage_arguments(parser: argparse.ArgumentParser) -> None:
         "--raw", required=True, metavar="DIR", help="raw dataset directory or URL (*.tar)"
     )
     parser.add_argument(
-        "--max-tars", type=_non_negative_int, default=None, metavar="N", help="scan N tars only"
+        "--max-tars", type=non_negative_int, default=None, metavar="N", help="scan N tars only"
     )
     _add_execution_arguments(parser)
 
@@ -407,7 +384,7 @@ def coverage(args: argparse.Namespace) -> int:
         _progress(args, "reading tar headers", "tars") as bar,
     ):
         record = collect_vin_offline_dataset_coverage(
-            config, max_tars=args.max_tars, progress_cb=bar, **_with_executor(executor)
+            config, max_tars=args.max_tars, progress_cb=bar, executor=executor
         )
     if args.json:
         print_json(record)

@@ -87,9 +87,24 @@ def _summary_row(name: str, summary: NumericSummary | None) -> tuple[object, ...
     return (name, summary.count, summary.minimum, summary.mean, summary.maximum)
 
 
+def _problem_counts(problems: Sequence[dict[str, str]]) -> str:
+    from vinlens.store.diagnostics import PROBLEM_SEVERITIES
+
+    counts = Counter(p["severity"] for p in problems)
+    parts = [f"{counts[s]:,} {s}(s)" for s in PROBLEM_SEVERITIES if counts[s]]
+    return ", ".join(parts) or "none"
+
+
 def format_stats(stats: VinOfflineDatasetStats) -> str:
-    """The record as readable tables (what ``vinlens store stats`` prints)."""
+    """The record as readable tables (what ``vinlens store stats`` prints).
+
+    The problems section is the engine's ranked list (the one the store dashboard shows),
+    so the command line and the widget never disagree about what is a warning.
+    """
+    from vinlens.store.diagnostics import dashboard_problems
+
     problems = stats.integrity_problems
+    ranked = dashboard_problems(stats)
     overview: list[tuple[str, object]] = [
         ("store", stats.store_dir),
         ("version", stats.version),
@@ -105,8 +120,16 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
         ("materialized", _flags(stats.materialized_blocks)),
         ("numeric_bytes", format_bytes(stats.numeric_bytes)),
         ("integrity", "ok" if not problems else f"{len(problems):,} problem(s)"),
+        ("problems", _problem_counts(ranked)),
     ]
     parts = [format_fields(overview) + "\n"]
+    parts.append(
+        _section(
+            "problems (most severe first)",
+            ("severity", "problem", "detail"),
+            [(p["severity"], p["title"], p["detail"]) for p in ranked],
+        )
+    )
     summaries = [
         _summary_row("valid candidates / sample", stats.candidate_count),
         _summary_row("RRI (valid, finite)", stats.rri),
@@ -170,13 +193,6 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
             ("samples without candidate ids (unpaired)", stats.rri_pairing_unavailable_count)
         )
         parts.append(_section("RRI/component pairs (by candidate id)", ("series", "count"), pairs))
-    parts.append(
-        _section(
-            "integrity problems",
-            ("kind", "shard", "block", "message"),
-            [(p.kind, p.shard_id or "-", p.block or "-", p.message) for p in problems],
-        )
-    )
     return "\n".join(part for part in parts if part).rstrip()
 
 

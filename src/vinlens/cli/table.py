@@ -7,8 +7,6 @@ raw values and let :func:`format_cell` render them, so every command looks the s
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from collections.abc import Collection, Sequence
 from pathlib import PurePath
@@ -105,6 +103,8 @@ def format_fields(fields: Sequence[tuple[str, object]]) -> str:
 
 def to_json_value(value: Any) -> Any:
     """JSON-safe form of a record: dataclasses to dicts, tuples to lists, NaN/inf as strings."""
+    import dataclasses
+
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -120,4 +120,6 @@ def to_json_value(value: Any) -> Any:
 
 def print_json(record: Any) -> None:
     """Print ``record`` as indented JSON that strict parsers accept (no bare NaN)."""
+    import json
+
     print(json.dumps(to_json_value(record), indent=2, allow_nan=False))

@@ -22,6 +22,16 @@ of ``conv1`` is a difference-of-Gaussians blob detector with a threshold bias,
 evidence score rises when a bright blob is planted
 (:func:`~vinlens.demo.images.make_camera_images`), and a faithful attribution map of
 that camera peaks over the blob.
+
+A camera with no planted blob gets a near-flat map by design: its blob channel stays
+below the detector threshold, so the CAM layer holds only the constant floor
+``_CAM_CHANNEL_FLOOR`` there, and the evidence logit weighs the other (random)
+channels some 10^5 times less than the blob channel. Its raw map spans a range hundreds of
+times narrower than a planted camera's (e.g. ``slam-right`` in the tour's views, which
+plant blobs in ``rgb`` and ``slam-left``), which is what a viewer's flat-map mark
+(:func:`~vinlens.attribution.map_flatness`) is for. Replacing a planted camera's
+input by zeros drops the evidence score by about one logit, any other camera's by
+almost nothing, so camera reliance ranks the planted camera first.
 """
 
 from __future__ import annotations

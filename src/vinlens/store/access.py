@@ -19,6 +19,7 @@ Nothing here writes; the zarr store handed out is opened ``read_only=True``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import io
@@ -32,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
-from vinlens.store.format import SpecialFileError, is_url
+from vinlens.store.format import DirectoryInsteadOfFileError, SpecialFileError, is_url
 
 __all__ = [
     "DEFAULT_S3_OPTIONS",
@@ -42,6 +43,7 @@ __all__ = [
     "LocalStoreAccess",
     "StoreAccess",
     "StoreAccessError",
+    "open_regular_fd",
     "open_store_access",
 ]
 
@@ -54,12 +56,14 @@ _T = TypeVar("_T")
 DEFAULT_S3_OPTIONS: dict[str, Any] = {
     "config_kwargs": {
         "connect_timeout": 5,
-        "read_timeout": 15,
-        "retries": {"max_attempts": 2, "mode": "standard"},
+        "read_timeout": 10,
+        # botocore's standard mode backs off on throttling (SlowDown) within these attempts.
+        "retries": {"max_attempts": 3, "mode": "standard"},
     },
 }
-#: Worst case of one request: S3FS_RETRIES x max_attempts x (connect + read timeout) = 80 s.
-S3FS_RETRIES = 2
+#: s3fs's own retry loop on top of botocore's; worst case of one request:
+#: S3FS_RETRIES x max_attempts x (connect + read timeout) = 45 s.
+S3FS_RETRIES = 1
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _open_regular(path: str) -> int:
+def open_regular_fd(path: str | os.PathLike[str]) -> int:
     """A read-only descriptor of ``path``, which must be a regular file; never blocks.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer;
@@ -115,11 +119,14 @@ def _open_regular(path: str) -> int:
     and the open cannot slip a special file through.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    path = os.fspath(path)
     fd = os.open(path, flags)
     try:
         mode = os.fstat(fd).st_mode
         if stat_module.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory, expected a file", path)
+            raise DirectoryInsteadOfFileError(
+                "is a directory", path=path, expected="a regular file"
+            )
         if not stat_module.S_ISREG(mode):
             raise SpecialFileError(
                 f"is {_file_kind(mode)}; refused without reading it",
@@ -313,7 +320,7 @@ class LocalStoreAccess(StoreAccess):
 
     def read_bytes_with_stat(self, rel: str) -> tuple[bytes, FileStat]:
         path = self._path(rel)
-        with open(_open_regular(path), "rb", closefd=True) as handle:
+        with open(open_regular_fd(path), "rb", closefd=True) as handle:
             st = os.fstat(handle.fileno())
             # Read what fstat promised, plus one byte to notice a file still growing.
             data = handle.read(st.st_size + 1)
@@ -328,7 +335,7 @@ class LocalStoreAccess(StoreAccess):
         extra byte without ever holding more of it.
         """
         path = self._path(rel)
-        with open(_open_regular(path), "rb", closefd=True) as handle:
+        with open(open_regular_fd(path), "rb", closefd=True) as handle:
             st = os.fstat(handle.fileno())
             data = handle.read(limit + 1)
         return data, FileStat.from_os(str(path), st)
@@ -344,7 +351,7 @@ class LocalStoreAccess(StoreAccess):
                 if len(self._fds) >= self._MAX_CACHED_FDS:
                     _, old = self._fds.popitem()
                     os.close(old)
-                fd = _open_regular(self._path(rel))
+                fd = open_regular_fd(self._path(rel))
                 self._fds[rel] = fd
             return fd
 
@@ -382,12 +389,10 @@ class LocalStoreAccess(StoreAccess):
         return done
 
     def open_binary(self, rel: str) -> IO[bytes]:
-        return open(_open_regular(self._path(rel)), "rb", closefd=True)
+        return open(open_regular_fd(self._path(rel)), "rb", closefd=True)
 
     def zarr_store(self, rel: str = "") -> Any:
-        from zarr.storage import LocalStore
-
-        return LocalStore(self._path(rel), read_only=True)
+        return _regular_file_local_store(self._path(rel))
 
     def close(self) -> None:
         with self._lock:
@@ -404,6 +409,42 @@ class LocalStoreAccess(StoreAccess):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["_root"])  # type: ignore[misc]
+
+
+def _check_regular(path: Any) -> None:
+    """Refuse a special file at ``path`` from its ``stat`` (a missing path is left to the caller)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not (stat_module.S_ISREG(mode) or stat_module.S_ISDIR(mode)):
+        raise SpecialFileError(
+            f"is {_file_kind(mode)}; refused without reading it",
+            path=str(path),
+            expected="a regular file",
+        )
+
+
+def _regular_file_local_store(root: str) -> Any:
+    """zarr's read-only ``LocalStore`` at ``root`` that never opens a FIFO or device.
+
+    zarr reads chunk files itself (compressed arrays); a chunk that is a FIFO would block
+    its read forever, so every key is stat'ed first.
+    """
+    from zarr.storage import LocalStore
+
+    class RegularFileLocalStore(LocalStore):
+        async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
+            _check_regular(self.root / key)
+            return await super().get(key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+            key_ranges = list(key_ranges)
+            for key, _ in key_ranges:
+                _check_regular(self.root / key)
+            return cast(list[Any], await super().get_partial_values(prototype, key_ranges))
+
+    return RegularFileLocalStore(root, read_only=True)
 
 
 def _to_ns(value: Any) -> int:
@@ -433,8 +474,10 @@ def _with_defaults(protocol: str, storage_options: Mapping[str, Any] | None) -> 
     """The caller's storage options over this module's defaults for the protocol."""
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
-        config = {**DEFAULT_S3_OPTIONS["config_kwargs"], **options.get("config_kwargs", {})}
-        options = {**DEFAULT_S3_OPTIONS, **options, "config_kwargs": config}
+        # Deep copies: botocore rewrites the ``retries`` dict it is given in place.
+        defaults = copy.deepcopy(DEFAULT_S3_OPTIONS)
+        config = {**defaults["config_kwargs"], **copy.deepcopy(options.get("config_kwargs", {}))}
+        options = {**defaults, **options, "config_kwargs": config}
     return options
 
 
@@ -678,7 +721,11 @@ class FsspecStoreAccess(StoreAccess):
         st = self.stat(rel)
         if st.is_dir:
             raise IsADirectoryError(errno.EISDIR, "is a directory", self.describe(rel))
-        return cast(IO[bytes], _RangeFile(self, rel, st.size))
+        return self.open_sized(rel, st.size)
+
+    def open_sized(self, rel: str, size: int) -> IO[bytes]:
+        """:meth:`open_binary` of an object whose size a listing gave (no stat request)."""
+        return cast(IO[bytes], _RangeFile(self, rel, size))
 
     def zarr_store(self, rel: str = "") -> Any:
         from zarr.storage import FsspecStore

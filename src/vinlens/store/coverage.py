@@ -31,8 +31,14 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.access import FileStat, StoreAccess, open_store_access
-from vinlens.store.format import VinOfflineStoreConfig
+from vinlens.store.access import (
+    FileStat,
+    FsspecStoreAccess,
+    StoreAccess,
+    StoreAccessError,
+    open_store_access,
+)
+from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
 
@@ -48,6 +54,7 @@ __all__ = [
     "find_raw_tar_shards",
     "is_webdataset_meta",
     "parse_webdataset_key",
+    "raw_snippets_by_scene",
     "snippet_pairs_from_member_names",
     "webdataset_key",
 ]
@@ -259,7 +266,12 @@ def _tar_shards(access: StoreAccess) -> list[tuple[str, FileStat]]:
             f"{access.root}: raw dataset path is not a directory "
             "(expected a directory holding WebDataset *.tar shards)"
         )
-    return sorted(access.walk_file_stats("", suffix=".tar"))
+    try:
+        return list(access.walk_file_stats("", suffix=".tar"))
+    except (VinOfflineStoreError, StoreAccessError):
+        raise
+    except OSError as exc:  # a dangling *.tar link, a directory that vanished: name it
+        raise _unreadable(str(exc.filename or access.root), exc) from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -314,11 +326,19 @@ def clear_coverage_cache() -> None:
 
 def _member_names(access: StoreAccess, rel: str, size: int) -> list[str]:
     name = access.describe(rel)
-    if access.is_remote and size <= SMALL_TAR_BYTES:
-        data = access.read_bytes(rel)
-        return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+    if isinstance(access, FsspecStoreAccess):
+        if size <= SMALL_TAR_BYTES:
+            data = access.read_bytes(rel)
+            return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+        with access.open_sized(rel, size) as handle:
+            return list_tar_member_names(handle, name=name, regular_only=True)
     with access.open_binary(rel) as handle:
         return list_tar_member_names(handle, name=name, regular_only=True)
+
+
+def _unreadable(name: str, exc: OSError) -> StoreAccessError:
+    reason = exc.strerror or str(exc)
+    return StoreAccessError(f"{name}: cannot be read as a tar ({type(exc).__name__}: {reason})")
 
 
 def _scan_tar(task: _TarTask) -> _TarPartial:
@@ -326,6 +346,10 @@ def _scan_tar(task: _TarTask) -> _TarPartial:
     access = open_store_access(task.location, task.storage_options)
     try:
         names = _member_names(access, task.rel, task.stat.size)
+    except (VinOfflineStoreError, StoreAccessError):
+        raise
+    except OSError as exc:  # vanished, dangling link, permissions: name the tar
+        raise _unreadable(access.describe(task.rel), exc) from exc
     finally:
         access.close()
     meta = sum(1 for name in names if name.startswith("__") and is_webdataset_meta(name))
@@ -401,6 +425,58 @@ def _tar_partials(
     return [r for r in results if r is not None]
 
 
+@dataclass(frozen=True)
+class _RawScan:
+    root: str
+    found: int
+    partials: list[_TarPartial]
+
+
+def _raw_partials(
+    config: VinOfflineStoreConfig,
+    max_tars: int | None,
+    progress_cb: Callable[[int, int], None] | None,
+    executor: Executor | None,
+) -> _RawScan:
+    """The per-tar partials of the raw dataset (listing, cap, cache, executor)."""
+    assert config.raw_dataset_dir is not None
+    raw_access = open_store_access(config.raw_dataset_dir, config.storage_options)
+    try:
+        tars = _tar_shards(raw_access)
+        raw_root = raw_access.root
+    finally:
+        raw_access.close()
+    found = len(tars)
+    if max_tars is not None:
+        tars = tars[:max_tars]
+    options = config.storage_options if raw_access.is_remote else None
+    tasks = [_TarTask(raw_root, options, rel, st) for rel, st in tars]
+    return _RawScan(raw_root, found, _tar_partials(tasks, executor, progress_cb))
+
+
+def raw_snippets_by_scene(
+    store: VinOfflineStoreConfig,
+    *,
+    max_tars: int | None = None,
+    progress_cb: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
+) -> dict[str, frozenset[str]]:
+    """Raw snippet ids per scene id of ``store.raw_dataset_dir`` (names as records show them).
+
+    The same per-tar partials as :func:`collect_vin_offline_dataset_coverage` (cached, so
+    right after a coverage scan this costs only the listing); for views that show which
+    snippets of a scene are missing. Arguments as there; the store itself is not read.
+    """
+    config = as_store_config(store)
+    if config.raw_dataset_dir is None:
+        raise ValueError(f"{config.store_dir}: no raw_dataset_dir to list snippets from")
+    by_scene: dict[str, set[str]] = {}
+    for partial in _raw_partials(config, max_tars, progress_cb, executor).partials:
+        for scene, snippet in partial.pairs:
+            by_scene.setdefault(display_name(scene), set()).add(display_name(snippet))
+    return {scene: frozenset(snippets) for scene, snippets in sorted(by_scene.items())}
+
+
 def collect_vin_offline_dataset_coverage(
     store: VinOfflineStoreConfig,
     *,
@@ -438,20 +514,8 @@ def collect_vin_offline_dataset_coverage(
         store_pairs = {(row.scene_id, row.snippet_id) for row in reader.samples}
         store_dir = str(reader.store_dir)
 
-        raw_access = open_store_access(config.raw_dataset_dir, config.storage_options)
-        try:
-            tars = _tar_shards(raw_access)
-            raw_root = raw_access.root
-        finally:
-            raw_access.close()
-        found = len(tars)
-        if max_tars is not None:
-            tars = tars[:max_tars]
-        tasks = [
-            _TarTask(raw_root, config.storage_options if raw_access.is_remote else None, rel, st)
-            for rel, st in tars
-        ]
-        partials = _tar_partials(tasks, executor, progress_cb)
+        raw = _raw_partials(config, max_tars, progress_cb, executor)
+        raw_root, found, partials = raw.root, raw.found, raw.partials
         # The sample index was read at open; make sure it still is the store at the path.
         reader.check_generation()
 
@@ -467,7 +531,7 @@ def collect_vin_offline_dataset_coverage(
     return _coverage_record(
         store_dir=store_dir,
         raw_dataset_dir=raw_root,
-        tar_shards_scanned=len(tasks),
+        tar_shards_scanned=len(partials),
         tar_shards_found=found,
         members_scanned=sum(p.members for p in partials),
         dataset_pairs=dataset_pairs,

@@ -35,6 +35,8 @@ __all__ = [
     "BACKBONE_DTYPES",
     "BACKBONE_PREFIX",
     "MANIFEST_FILE",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SAMPLE_INDEX_LINE_BYTES",
     "NUMERIC_DTYPES",
     "RRI_COMPONENT_PREFIX",
     "SAMPLE_INDEX_FILE",
@@ -46,6 +48,7 @@ __all__ = [
     "Capabilities",
     "CorruptChunkError",
     "CorruptRecordError",
+    "DirectoryInsteadOfFileError",
     "InvalidSampleError",
     "ManifestError",
     "MaterializedBlocks",
@@ -76,6 +79,7 @@ __all__ = [
     "parse_sample_index",
     "parse_sample_index_line",
     "record_paths",
+    "sample_index_byte_limit",
     "shard_dir",
 ]
 
@@ -84,6 +88,11 @@ SUPPORTED_VERSIONS: Final[tuple[int, ...]] = (1,)
 MANIFEST_FILE: Final = "manifest.json"
 SAMPLE_INDEX_FILE: Final = "sample_index.jsonl"
 SHARDS_DIR: Final = "shards"
+#: Largest ``manifest.json`` accepted: about 40k shards of ten blocks. Larger is damage
+#: (refused after reading at most this many bytes + 1, never the whole file).
+MAX_MANIFEST_BYTES: Final = 64 << 20
+#: Longest ``sample_index.jsonl`` line accepted (a row is seven short fields).
+MAX_SAMPLE_INDEX_LINE_BYTES: Final = 64 << 10
 BACKBONE_PREFIX: Final = "backbone."
 RRI_COMPONENT_PREFIX: Final = "rri_components."
 
@@ -112,6 +121,7 @@ _SHARD_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII
 _BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASCII)
 # fsspec URL: a scheme of two or more characters (one letter is a Windows drive) and "://".
 _URL_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+_MANGLED_URL_PATTERN: Final = re.compile(r"^(s3|s3a|gs|gcs|az|abfs|memory|https?):/[^/]")
 
 
 # --------------------------------------------------------------------------------------
@@ -203,6 +213,10 @@ class SpecialFileError(VinOfflineStoreError, OSError):
     """
 
 
+class DirectoryInsteadOfFileError(SpecialFileError, IsADirectoryError):
+    """A directory sits where the store or raw dataset needs a file."""
+
+
 class InvalidSampleError(VinOfflineStoreError):
     """A sample given to the writer breaks the format (type, name or value range); nothing is written."""
 
@@ -260,6 +274,11 @@ def normalize_location(location: str | os.PathLike[str]) -> Path | str:
     if not isinstance(location, (str, os.PathLike)):
         raise TypeError(
             f"store location must be a path or a URL string, got {type(location).__name__}"
+        )
+    if not isinstance(location, str) and _MANGLED_URL_PATTERN.match(os.fspath(location)):
+        raise ValueError(
+            f"{os.fspath(location)!r} looks like a URL folded by pathlib (Path('s3://b/x') "
+            "is 's3:/b/x'); pass the URL as a string"
         )
     if isinstance(location, str) and is_url(location):
         scheme, _, rest = location.partition("://")
@@ -594,20 +613,53 @@ def format_validation_error(error: ValidationError) -> tuple[str, str]:
     return loc or "(top level)", msg
 
 
+def sample_index_byte_limit(num_samples: int) -> int:
+    """Most bytes a ``sample_index.jsonl`` of ``num_samples`` lines may have."""
+    return max(1, num_samples) * (MAX_SAMPLE_INDEX_LINE_BYTES + 1)
+
+
+def _json_loads(
+    data: bytes | str,
+    error: type[VinOfflineStoreError],
+    path: str,
+    where: str | None,
+    expected: str,
+) -> Any:
+    """``json.loads`` whose every failure is ``error`` naming the file.
+
+    Deep nesting (``RecursionError``) and numbers longer than Python converts
+    (``ValueError``) are damage like any other bad JSON, not a builtin crash.
+    """
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        at = where or (f"line {line}" if line else None)
+        raise error(f"not valid JSON: {exc}", path=path, location=at, expected=expected) from exc
+    except RecursionError:
+        raise error(
+            "JSON nested too deeply to parse", path=path, location=where, expected=expected
+        ) from None
+    except ValueError as exc:  # e.g. an integer of more digits than int() accepts
+        raise error(
+            f"unparsable JSON value ({exc})", path=path, location=where, expected=expected
+        ) from None
+
+
 def parse_manifest(data: bytes, *, path: str) -> VinOfflineManifest:
     """Parse and validate ``manifest.json`` bytes; ``path`` is only used in error messages.
 
     ``format`` and ``version`` are checked first so that a store of another format or a
-    future version is refused as such, not as a pile of unrelated schema errors.
+    future version is refused as such, not as a pile of unrelated schema errors. More than
+    :data:`MAX_MANIFEST_BYTES` is refused before parsing.
     """
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        where = f"line {line}" if line else None
+    if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(
-            f"not valid JSON: {exc}", path=path, location=where, expected="a JSON object"
-        ) from exc
+            f"larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have",
+            path=path,
+            expected=f"at most {MAX_MANIFEST_BYTES} bytes",
+        )
+    raw = _json_loads(data, ManifestError, path, None, "a JSON object")
     if not isinstance(raw, dict):
         raise ManifestError(
             f"top level is a {type(raw).__name__}", path=path, expected="a JSON object"
@@ -639,12 +691,14 @@ def parse_manifest(data: bytes, *, path: str) -> VinOfflineManifest:
 def parse_sample_index_line(line: bytes | str, *, path: str, line_number: int) -> SampleIndexRow:
     """Parse one ``sample_index.jsonl`` line (1-based ``line_number`` for messages)."""
     where = f"line {line_number}"
-    try:
-        raw = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    if len(line) > MAX_SAMPLE_INDEX_LINE_BYTES:
         raise SampleIndexError(
-            f"not valid JSON: {exc}", path=path, location=where, expected="one JSON object per line"
-        ) from exc
+            f"line of {len(line)} bytes",
+            path=path,
+            location=where,
+            expected=f"lines of at most {MAX_SAMPLE_INDEX_LINE_BYTES} bytes",
+        )
+    raw = _json_loads(line, SampleIndexError, path, where, "one JSON object per line")
     if not isinstance(raw, dict):
         raise SampleIndexError(
             f"line holds a {type(raw).__name__}",
@@ -672,11 +726,22 @@ def parse_sample_index(
     declared, every ``row`` is inside its shard, and no shard row is claimed twice.
     """
     keys: dict[str, int] = {}
+    if manifest is not None and len(data) > sample_index_byte_limit(manifest.num_samples):
+        raise SampleIndexError(
+            f"larger than {manifest.num_samples} lines of at most "
+            f"{MAX_SAMPLE_INDEX_LINE_BYTES} bytes can be",
+            path=path,
+            expected=f"num_samples={manifest.num_samples} lines",
+        )
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     # Fast path: validate all lines in one call; any problem re-parses line by line so the
     # error names the line.
+    longest = max(map(len, lines), default=0)
+    if longest > MAX_SAMPLE_INDEX_LINE_BYTES:
+        number = next(i for i, line in enumerate(lines, 1) if len(line) == longest)
+        parse_sample_index_line(lines[number - 1], path=path, line_number=number)
     bulk: list[SampleIndexRow] | None
     try:
         bulk = _SAMPLE_ROWS.validate_json(b"[" + b",".join(lines) + b"]")

@@ -36,6 +36,7 @@ from vinlens.store.access import FileStat, StoreAccess, open_store_access
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
     NUMERIC_DTYPES,
     RRI_COMPONENT_PREFIX,
     SAMPLE_INDEX_FILE,
@@ -62,6 +63,7 @@ from vinlens.store.format import (
     parse_manifest,
     parse_sample_index,
     record_paths,
+    sample_index_byte_limit,
     shard_dir,
 )
 from vinlens.store.records import RecordDecodeError, decode_record, decode_records
@@ -156,7 +158,7 @@ def _stat_root(access: StoreAccess) -> FileStat:
 
 def _read_manifest_bytes(access: StoreAccess) -> tuple[bytes, FileStat]:
     try:
-        return access.read_bytes_with_stat(MANIFEST_FILE)
+        return access.read_bytes_limited(MANIFEST_FILE, MAX_MANIFEST_BYTES)
     except (FileNotFoundError, IsADirectoryError) as exc:
         raise StoreNotFoundError(
             "manifest.json is missing: not a published store, or one being replaced",
@@ -389,7 +391,9 @@ class VinOfflineStoreReader:
 
         index_path = self.access.describe(SAMPLE_INDEX_FILE)
         try:
-            index_bytes, index_stat = self.access.read_bytes_with_stat(SAMPLE_INDEX_FILE)
+            index_bytes, index_stat = self.access.read_bytes_limited(
+                SAMPLE_INDEX_FILE, sample_index_byte_limit(self.manifest.num_samples)
+            )
         except FileNotFoundError as exc:
             raise SampleIndexError(
                 "sample_index.jsonl is missing",
@@ -685,6 +689,20 @@ class VinOfflineStoreReader:
             self._raise_missing(block, start, stop)
         if block.raw_dtype is not None:
             return self._read_rows_raw(block, start, stop)
+        if start < stop:
+            # zarr opens chunk files itself: refuse directories and special files first (a
+            # FIFO would block the open, a device has size 0 and endless bytes).
+            expected = None
+            if block.meta.stored_dtype is not None:
+                expected = math.prod(block.meta.chunk_shape) * block.meta.stored_dtype.itemsize
+            rc = block.row_chunk
+            for r in range(start // rc, (stop - 1) // rc + 1):
+                for inner in self._inner_coords(block.meta):
+                    rel = f"{block.path}/{block.meta.encode_key((r, *inner))}"
+                    try:
+                        self._check_chunk_file(rel, expected, block, (start, stop))
+                    except FileNotFoundError:
+                        self._raise_missing(block, start, stop)
         try:
             data = self._zarr_handle(block)[start:stop]
         except Exception as exc:
@@ -737,10 +755,12 @@ class VinOfflineStoreReader:
     def _check_chunk_file(
         self, rel: str, size: int | None, block: _ZarrBlock, rows: tuple[int, int]
     ) -> None:
-        """Refuse a chunk file that is not a regular file of ``size`` bytes (any size if None).
+        """Refuse a directory, or a chunk that is not exactly ``size`` bytes (raw layouts).
 
-        Decided from ``stat`` alone, before anything is opened: a FIFO would block an open,
-        and a device (``/dev/zero``, ``/dev/urandom``) has size 0 but endless bytes.
+        Decided from ``stat`` alone, before anything is opened: a device (``/dev/zero``,
+        ``/dev/urandom``) or FIFO has size 0, never a raw chunk's size. Encoded chunks
+        (``size`` None) are opened by zarr through the access layer's store, which refuses
+        FIFOs and devices by name without blocking.
         """
         try:
             st = self.access.stat(rel)
@@ -760,12 +780,6 @@ class VinOfflineStoreReader:
                 path=self.access.describe(rel),
                 expected=f"{size} bytes (raw {block.spec.dtype}, chunk shape "
                 f"{list(block.meta.chunk_shape)})",
-            )
-        if size is None and st.size == 0:
-            raise CorruptChunkError(
-                f"cannot decode rows {rows[0]}:{rows[1]}: chunk file is empty or not a regular file",
-                path=self.access.describe(rel),
-                expected="encoded chunk bytes",
             )
 
     def read_window(self, shard_id: str, name: str, start: int, stop: int) -> RowWindow:
@@ -798,13 +812,7 @@ class VinOfflineStoreReader:
             if r not in block.complete_rows and not block.status.complete:
                 continue
             try:
-                for inner in self._inner_coords(meta):
-                    self._check_chunk_file(
-                        f"{block.path}/{meta.encode_key((r, *inner))}", None, block, (a, b)
-                    )
-                part = self.read_rows(shard_id, name, a, b)
-            except FileNotFoundError:
-                continue
+                part = self.read_rows(shard_id, name, a, b)  # checks every chunk file first
             except (CorruptChunkError, MissingChunksError) as exc:
                 problems.append(exc)
                 continue

@@ -30,6 +30,8 @@ from typing import IO
 
 import numpy as np
 
+from vinlens.store.access import open_regular_fd
+
 __all__ = [
     "DEFAULT_MAX_EXTENDED_HEADER_BYTES",
     "TarExtendedHeaderTooLargeError",
@@ -372,13 +374,9 @@ class _Scan:
     # -- the scan ----------------------------------------------------------------------
     def run(self, source: TarSource) -> None:
         if isinstance(source, (str, os.PathLike)):
-            try:
-                with open(source, "rb", buffering=0) as handle:
-                    self._run_on(handle)
-            except IsADirectoryError:
-                raise IsADirectoryError(
-                    f"{self.path}: is a directory, expected a tar file"
-                ) from None
+            # A FIFO or device named like a tar is refused from its fstat, never read.
+            with open(open_regular_fd(source), "rb", buffering=0) as handle:
+                self._run_on(handle)
         else:
             self._run_on(source)
 

@@ -36,10 +36,12 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
+from vinlens.store.access import LocalStoreAccess
 from vinlens.store.format import (
     BACKBONE_DTYPES,
     BACKBONE_PREFIX,
     MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
     RRI_COMPONENT_PREFIX,
     SAMPLE_INDEX_FILE,
     STORE_FORMAT,
@@ -129,11 +131,15 @@ def _beyond_int64(arr: np.ndarray) -> bool:
 
 
 def _is_store_dir(path: Path) -> bool:
-    manifest = path / MANIFEST_FILE
+    # Through the access layer: a FIFO or huge manifest.json must not block or flood the
+    # check that decides whether an existing directory may be replaced.
+    access = LocalStoreAccess(path)
     try:
-        data = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(access.read_bytes_limited(MANIFEST_FILE, MAX_MANIFEST_BYTES)[0])
+    except (OSError, ValueError, RecursionError):
         return False
+    finally:
+        access.close()
     return isinstance(data, dict) and data.get("format") == STORE_FORMAT
 
 

@@ -21,6 +21,11 @@ ACCEPTED = (
 )
 
 
+# A health record names module paths but holds no model, and the health view's rows are
+# the model's modules: the widget needs both, so show() says how to build it.
+_HEALTH_RECORDS = {"ActivationStats": "stats", "ModelDiff": "diff", "NonFiniteOrigin": "origin"}
+
+
 def _store_dashboard(store: Any, **kwargs: Any) -> Any:
     from vinlens.widgets.store_dashboard import StoreDashboardWidget
 
@@ -37,13 +42,19 @@ def show(obj: Any, **kwargs: Any) -> Any:
     - a ``ModelCapture`` (after its context exited): ``SnapshotTableWidget``, a read-only
       snapshot browser (use ``SnapshotBrowserWidget(model, run)`` to capture from the UI)
 
+    A health record (``ActivationStats``, ``ModelDiff``, ``NonFiniteOrigin``) is not
+    enough on its own: the health view lays it over the model's module table, so
+    ``show`` raises a ``TypeError`` that names ``ModelHealthWidget(model, <arg>=record)``.
+
     Raises:
         FileNotFoundError: a path that is not an existing directory.
-        TypeError: anything else, naming its type and what is accepted.
+        TypeError: a health record without its model, or anything else, naming its type
+            and what is accepted.
     """
     from pydantic import BaseModel
     from torch import nn
 
+    from vinlens import health
     from vinlens.model_inspection import ModelCapture
     from vinlens.store.format import VinOfflineStoreConfig
 
@@ -69,6 +80,14 @@ def show(obj: Any, **kwargs: Any) -> Any:
         from vinlens.widgets.snapshot_browser import SnapshotTableWidget
 
         return SnapshotTableWidget(obj, **kwargs)
+    for name, argument in _HEALTH_RECORDS.items():
+        if isinstance(obj, getattr(health, name)):
+            raise TypeError(
+                f"vinlens.show() cannot show a {name} on its own: the model health view "
+                "shows it over the model's module table, which the record does not hold; "
+                f"use vinlens.widgets.ModelHealthWidget(model, {argument}=record) with the "
+                "model it was computed on"
+            )
     raise TypeError(
         f"vinlens.show() cannot show a {type(obj).__module__}.{type(obj).__qualname__}; "
         f"it accepts {ACCEPTED}"

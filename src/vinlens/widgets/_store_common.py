@@ -12,15 +12,39 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from vinlens.export import display_text
-from vinlens.store.format import VinOfflineStoreError
+from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError, normalize_location
+from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 
-__all__ = ["AcquisitionState", "esc", "static_png_html"]
+__all__ = ["AcquisitionState", "esc", "static_png_html", "store_config"]
+
+
+def store_config(
+    store: VinOfflineStoreConfig | str | os.PathLike[str],
+    *,
+    raw_dataset_dir: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> VinOfflineStoreConfig:
+    """The config a store widget reads: ``store`` (a config, a path or an fsspec URL) with
+    ``raw_dataset_dir`` and ``storage_options`` replacing the config's when given."""
+    config = as_store_config(store)
+    if raw_dataset_dir is None and storage_options is None:
+        return config
+    return VinOfflineStoreConfig(
+        store_dir=config.store_dir,
+        raw_dataset_dir=config.raw_dataset_dir
+        if raw_dataset_dir is None
+        else normalize_location(raw_dataset_dir),
+        storage_options=config.storage_options
+        if storage_options is None
+        else dict(storage_options),
+    )
 
 
 def acquisition_state(

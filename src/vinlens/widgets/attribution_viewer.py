@@ -6,21 +6,35 @@ for one frozen :class:`~vinlens.attribution.CameraAttribution` record per camera
 sends the browser each camera's image (uint8 ``[H, W, C]``) and raw map at the image's
 resolution (float32 ``[H, W]``) as binary arrays. Colormap, opacity, normalised or raw
 scale and the layout are display state the browser applies on its own; method, layer,
-capture mode and target are applied by the ``explain`` command, which runs in the
-background, reports progress per camera and answers errors (a bad layer path, method
-or camera key, an exception in the model's forward) as error replies the widget shows.
+capture mode and target are applied by the ``explain`` command, an exclusive background
+command of the widget's task runtime that reports progress per camera and answers
+errors (a bad layer path, method or camera key, an exception in the model's forward) as
+error replies the widget shows.
+
+The viewer tells the truth about what it shows: a map that is near-flat next to the
+other cameras' (:func:`vinlens.attribution.map_flatness`) is marked, with its raw span
+beside the largest camera's; the layer list and the capture modes offered for a layer
+are the engine's (:func:`vinlens.attribution.layer_choices`, one probe forward), so a
+mode the layer cannot be read in is never offered. The layer chooser can share a
+:class:`~vinlens.widgets.ModuleSelection` with a module table, snapshot browser or
+health view. ``explain_dataset(loader)`` adds the dataset view: aggregate maps per
+camera and a reliance bar per camera from the engine's streaming aggregation
+(:mod:`vinlens.attribution.aggregate`), and a slider over kept samples.
 
 From Python: ``.maps`` (camera -> raw map as shown), ``.layer_maps`` (at the target
-layer's resolution), ``.records`` (the engine's records), ``.recompute(...)`` and
-``.export_png(directory)``.
+layer's resolution), ``.records`` (the engine's records), ``.flatness``,
+``.recompute(...)``, ``.export_png(directory)``, ``.explain_dataset(loader)``,
+``.show_sample(i)``, ``.map_statistics`` and ``.reliance``.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,41 +42,55 @@ import traitlets
 from torch import nn
 
 from vinlens.attribution import (
-    ATTRIBUTION_METHODS,
+    CAMERA_PLACEHOLDER,
     CameraAttribution,
     CameraExplanationTarget,
+    ImageLike,
     MapFlatness,
     VisionCaptureMode,
+    batch_camera_images,
+    camera_image_batches,
     camera_targets_for_layer,
     check_camera_targets,
     explain_cameras,
+    layer_choices,
     map_flatness,
+    method_labels,
 )
-from vinlens.attribution.explain import ImageLike
-from vinlens.attribution.targets import CAMERA_PLACEHOLDER
-from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import (
     BrowserSafeState,
+    CommandCancelled,
     CommandContext,
     CommandError,
+    CommandTask,
     command,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, to_jsonable
 from vinlens.widgets._selection import NO_CHANGE, ModuleSelection, SelectionLink
 
+if TYPE_CHECKING:
+    from vinlens.attribution.aggregate import (
+        AttributionAggregate,
+        Baseline,
+        BatchImages,
+        CameraMapStatistics,
+        CameraRelianceStatistics,
+        RelianceSummary,
+    )
+
 __all__ = ["AttributionViewerWidget"]
 
-_LABELS = {
-    "grad_cam": "Grad-CAM",
-    "grad_cam_plus_plus": "Grad-CAM++",
-    "ablation_cam": "Ablation-CAM",
-}
-METHOD_LABELS: dict[str, str] = {name: _LABELS.get(name, name) for name in ATTRIBUTION_METHODS}
+METHOD_LABELS: dict[str, str] = method_labels()
 """The engine's methods in its order, with the names papers use."""
 COLORMAPS = ("viridis", "magma", "coolwarm")
 """The colormaps js/lib/colormap.ts ships; matplotlib has the same names for export."""
 CAPTURE_MODES = tuple(mode.value for mode in VisionCaptureMode)
+_MODE_WORDS = {
+    VisionCaptureMode.DEDICATED_LAYER.value: "'dedicated_layer' (one module per camera)",
+    VisionCaptureMode.PER_CAMERA_CALL.value: "'per_camera_call' (one call per camera)",
+    VisionCaptureMode.STACKED_CAMERA_BATCH.value: "'stacked_camera_batch' (cameras stacked in one call)",
+}
 
 _BUSY = "an explanation is already running for this viewer; wait for it or cancel it."
 
@@ -126,6 +154,12 @@ class AttributionViewerWidget(BrowserSafeState):
     scale = traitlets.Unicode("normalized").tag(sync=True)
     view = traitlets.Unicode("grid").tag(sync=True)
     focused_camera = traitlets.Unicode("").tag(sync=True)
+    dataset = traitlets.Dict().tag(sync=True)
+    dataset_task = traitlets.Dict().tag(sync=True)
+    sample_index = traitlets.Int(0).tag(sync=True)
+    aggregate_stat = traitlets.Unicode("mean").tag(sync=True)
+    # "all" or a class index as a string: which class's aggregate maps the dataset view shows.
+    aggregate_class = traitlets.Unicode("all").tag(sync=True)
 
     def __init__(
         self,
@@ -166,6 +200,13 @@ class AttributionViewerWidget(BrowserSafeState):
         self._score = score
         self._forward = forward
         self._records: dict[str, CameraAttribution] = {}
+        # The dataset view: samples the slider can show (label, camera -> [1, C, H, W]),
+        # the engine's folded statistics, and what the last pass was given.
+        self._kept: list[tuple[str, dict[str, torch.Tensor]]] = []
+        self._map_statistics: tuple[CameraMapStatistics, ...] = ()
+        self._class_statistics: tuple[CameraMapStatistics, ...] = ()
+        self._reliance: tuple[CameraRelianceStatistics, ...] = ()
+        self._dataset_source: dict[str, Any] | None = None
         self._python_targets: dict[str, CameraExplanationTarget] | None = None
 
         mode = _check_choice("capture_mode", capture_mode, CAPTURE_MODES) if capture_mode else None
@@ -185,12 +226,10 @@ class AttributionViewerWidget(BrowserSafeState):
             mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
         mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
 
-        layers = _layer_options(model, keys)
+        layers, probe_note = _layer_options(model, self._inputs, forward)
         super().__init__(
             camera_keys=keys,
-            images={
-                key: encode_array(_display_image(key, img)) for key, img in self._inputs.items()
-            },
+            images=_images_payload(self._inputs),
             methods=[{"value": k, "label": v} for k, v in METHOD_LABELS.items()],
             capture_modes=list(CAPTURE_MODES),
             layers=layers,
@@ -208,6 +247,8 @@ class AttributionViewerWidget(BrowserSafeState):
             view=_check_choice("view", view, ("grid", "single")),
             focused_camera=keys[0],
         )
+        if probe_note:
+            self._report_error("", probe_note)
         if isinstance(layer, str):
             try:  # fail at construction, not at the first click
                 self._targets_for(layer, mode)
@@ -248,6 +289,17 @@ class AttributionViewerWidget(BrowserSafeState):
         raise traitlets.TraitError(
             f"selected_layer={value!r} is not one of this viewer's layer choices."
         )
+
+    @traitlets.validate("aggregate_stat")
+    def _valid_aggregate_stat(self, proposal: Any) -> str:
+        value = proposal["value"]
+        stats = [s["value"] for s in self.dataset.get("stats", [])] or ["mean"]
+        return _check_trait("aggregate_stat", value, stats)
+
+    @traitlets.validate("aggregate_class")
+    def _valid_aggregate_class(self, proposal: Any) -> str:
+        classes = [c["value"] for c in self.dataset.get("classes", [])] or ["all"]
+        return _check_trait("aggregate_class", proposal["value"], classes)
 
     @traitlets.validate("opacity")
     def _valid_opacity(self, proposal: Any) -> float:
@@ -306,6 +358,239 @@ class AttributionViewerWidget(BrowserSafeState):
             raise RuntimeError(reply["message"])
         return self.records
 
+    # -- dataset view ------------------------------------------------------------------------
+    def explain_dataset(
+        self,
+        loader: Iterable[Any],
+        *,
+        max_batches: int | None = None,
+        baseline: Baseline = "zeros",
+        percentiles: Sequence[float] = (50.0, 90.0),
+        keep_samples: int = 32,
+        batch_images: BatchImages | None = None,
+        wait: bool = True,
+    ) -> CommandTask:
+        """Attribution over a data slice: aggregate maps, camera reliance and a sample slider.
+
+        Runs the engine's streaming aggregation
+        (:func:`~vinlens.attribution.aggregate.aggregate_attributions`) and camera reliance
+        (:func:`~vinlens.attribution.aggregate.camera_reliance_over`) one batch at a time
+        with the viewer's current method, layer, capture mode and target, on the widget's
+        task runtime: progress and Cancel show in the widget, memory stays independent of
+        the number of batches. The first ``keep_samples`` samples stay on the slider; the
+        first of them is explained and shown in the camera panels.
+
+        Args:
+            loader: A ``DataLoader`` or any iterable of batches: a mapping camera key ->
+                images ``[B, C, H, W]``, or ``(images, labels, ...)``; otherwise give
+                ``batch_images``.
+            max_batches: Stop after this many batches (``None``: all of them).
+            baseline: What replaces a camera's input for reliance: ``"zeros"``, ``"mean"``
+                (the slice's mean image per camera; one more pass over ``loader``), a
+                mapping camera key -> image, or a callable ``(camera, images) -> images``.
+            percentiles: Percentile maps to offer beside the mean map.
+            keep_samples: Samples the slider can show (their images stay in memory).
+            batch_images: ``batch -> mapping camera key -> images``.
+            wait: Block until the pass ends and raise its error (interrupting the kernel
+                cancels the pass). With ``wait=False`` it returns at once and the cell is
+                free: the widget's Cancel button works (it cannot reach a kernel that is
+                busy in this call), and ``task.wait()`` / ``task.cancel()`` do too, but the
+                model is hooked while the pass runs, so leave it alone until it ends.
+
+        Returns:
+            The pass's task.
+
+        Raises:
+            RuntimeError: With the widget's message when the pass fails (``wait=True``), or
+                when an explanation is already running.
+            ValueError: On a bad ``max_batches``, ``keep_samples`` or percentile.
+        """
+        if isinstance(loader, Mapping) or not isinstance(loader, Iterable):
+            raise TypeError(
+                "loader must be a DataLoader or an iterable of batches, got "
+                f"{type(loader).__name__}; for one sample use the images argument."
+            )
+        if max_batches is not None and (not _is_count(max_batches) or max_batches < 1):
+            raise ValueError(
+                f"max_batches must be a positive integer or None, got {max_batches!r}."
+            )
+        if not _is_count(keep_samples) or keep_samples < 1:
+            raise ValueError(f"keep_samples must be a positive integer, got {keep_samples!r}.")
+        checked = tuple(float(p) for p in percentiles)
+        if not all(0.0 <= p <= 100.0 for p in checked):
+            raise ValueError(f"percentiles must lie in [0, 100], got {list(percentiles)}.")
+        self._dataset_source = {
+            "loader": loader,
+            "max_batches": max_batches,
+            "baseline": baseline,
+            "percentiles": checked,
+            "keep_samples": keep_samples,
+            "batch_images": batch_images,
+        }
+        task = self.start_command(
+            "explain_dataset", trigger="explain_dataset()", id_prefix="dataset"
+        )
+        if wait:
+            try:
+                task.join()
+            except KeyboardInterrupt:
+                task.cancel()
+                task.join()
+                raise
+            if task.exception is not None and not isinstance(task.exception, CommandCancelled):
+                raise RuntimeError(self.error or str(task.exception)) from task.exception
+        return task
+
+    def show_sample(self, index: int) -> dict[str, CameraAttribution]:
+        """Explain and show kept sample ``index`` of the last dataset pass (as the slider does).
+
+        Raises:
+            RuntimeError: With the message the widget shows, when the command fails.
+        """
+        reply = self.run_command("explain", {"sample": index})
+        if reply["kind"] == "error":
+            raise RuntimeError(reply["message"])
+        return self.records
+
+    @property
+    def map_statistics(self) -> tuple[CameraMapStatistics, ...]:
+        """The engine's per-camera map statistics of the last dataset pass (all classes)."""
+        return self._map_statistics
+
+    @property
+    def class_map_statistics(self) -> tuple[CameraMapStatistics, ...]:
+        """The engine's per-camera map statistics of each class of the last dataset pass."""
+        return self._class_statistics
+
+    @property
+    def reliance(self) -> tuple[CameraRelianceStatistics, ...]:
+        """The engine's camera reliance of the last dataset pass, largest mean drop first."""
+        return self._reliance
+
+    @command("explain_dataset", background=True, exclusive=True, busy=_BUSY)
+    def _explain_dataset(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        source = self._dataset_source
+        if source is None:
+            raise CommandError(
+                "no data loader yet; call viewer.explain_dataset(loader) in Python first."
+            )
+        state = {"id": ctx.request_id, "state": "running", "done": 0, "total": 0}
+        try:
+            summary = self._dataset_pass(source, ctx, state)
+        except CommandCancelled:
+            self.dataset_task = {**state, "state": "cancelled"}
+            raise
+        except BaseException as exc:
+            self.dataset_task = {**state, "state": "failed", "message": str(exc)}
+            raise
+        self.dataset_task = {**state, "state": "done"}
+        return summary
+
+    def _dataset_pass(
+        self, source: dict[str, Any], ctx: CommandContext, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        # Imported here: the per-image viewer does not need the dataset engine loaded.
+        from vinlens.attribution.aggregate import (
+            aggregate_attributions,
+            camera_image_means,
+            camera_reliance_over,
+        )
+
+        if not self.layer and self._python_targets is None:
+            raise CommandError("no target layer chosen; pick a layer and press Recompute first.")
+        targets = self._targets_for(self.layer, self.capture_mode)
+        if self.layer:
+            self._check_mode(self.layer, self.capture_mode)
+        score = self._score if self._score is not None else self.target_class
+        assert score is not None  # __init__ requires score or target_class
+        loader = source["loader"]
+        limit = source["max_batches"]
+        total = _length(loader)
+        total = min(total, limit) if total is not None and limit is not None else (total or limit)
+        state["total"] = total or 0
+        self.dataset_task = dict(state)
+        ctx.progress(0, total or 0)
+
+        baseline = source["baseline"]
+        if isinstance(baseline, str) and baseline == "mean":
+            # The slice's own mean image: one pass more, as the engine documents.
+            baseline = ctx.call(
+                lambda: camera_image_means(
+                    islice(loader, limit), batch_images=source["batch_images"]
+                )
+            )
+        kept: list[tuple[str, dict[str, torch.Tensor]]] = []
+        aggregate: AttributionAggregate | None = None
+        reliance: RelianceSummary | None = None
+        batches = 0
+        for batches, batch in enumerate(islice(loader, limit), start=1):
+            first = aggregate.samples if aggregate is not None else 0
+            found = aggregate_attributions(
+                self._model,
+                [batch],
+                list(targets.values()),
+                score=score,
+                method=self.method,
+                forward=self._forward,
+                batch_images=source["batch_images"],
+                first_sample_id=first,
+            )
+            aggregate = found if aggregate is None else aggregate.merge(found)
+            ctx.check_cancelled()
+            batch_reliance = camera_reliance_over(
+                self._model,
+                [batch],
+                score,
+                baseline=baseline,
+                forward=self._forward,
+                batch_images=source["batch_images"],
+            )
+            reliance = batch_reliance if reliance is None else reliance.merge(batch_reliance)
+            _keep_samples(kept, batch, batches - 1, source, self.camera_keys)
+            state["done"] = batches
+            self.dataset_task = dict(state)
+            ctx.progress(batches, total or 0)
+        if aggregate is None or reliance is None:
+            raise CommandError("the loader gave no batches; nothing to aggregate.")
+
+        statistics = aggregate.finish(source["percentiles"])
+        self._map_statistics = tuple(s for s in statistics if s.class_index is None)
+        self._class_statistics = tuple(s for s in statistics if s.class_index is not None)
+        self._reliance = reliance.finish()
+        self._kept = kept
+        payload = _dataset_payload(
+            statistics,
+            self._reliance,
+            kept,
+            samples=aggregate.samples,
+            batches=batches,
+            baseline=baseline
+            if isinstance(source["baseline"], str)
+            else type(source["baseline"]).__name__,
+            score_label=self.target_label,
+            method_label=METHOD_LABELS.get(self.method, self.method),
+            layer=self.layer or "(targets given in Python)",
+            camera_keys=list(self.camera_keys),
+        )
+        with self.hold_sync():
+            self.dataset = payload
+            stats = [s["value"] for s in payload["stats"]]
+            if self.aggregate_stat not in stats:
+                self.aggregate_stat = stats[0]
+            if self.aggregate_class not in [c["value"] for c in payload["classes"]]:
+                self.aggregate_class = "all"
+        self._explain_now({"sample": 0}, ctx)
+        return {"samples": aggregate.samples, "batches": batches}
+
+    def _check_sample(self, value: Any) -> int:
+        if not self._kept:
+            raise CommandError("no dataset samples yet; run viewer.explain_dataset(loader) first.")
+        if not _is_count(value) or not 0 <= value < len(self._kept):
+            raise CommandError(
+                f"sample must be an integer in [0, {len(self._kept)}), got {value!r}."
+            )
+        return int(value)
+
     def export_png(self, directory: str | Path, *, overlay: bool = False) -> list[Path]:
         """Write the current maps as ``<camera>.png``, coloured as the widget shows them.
 
@@ -349,6 +634,17 @@ class AttributionViewerWidget(BrowserSafeState):
     # Exclusive: two runs at once would hook the same modules concurrently.
     @command("explain", background=True, exclusive=True, busy=_BUSY)
     def _explain(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._explain_now(args, ctx)
+
+    def _explain_now(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        """The explain command's work; the dataset pass runs it too, inside its own flight."""
+        inputs, sample = self._inputs, None
+        if args.get("sample") is not None:
+            # Another kept sample: every camera is explained again, on its images.
+            sample = self._check_sample(args["sample"])
+            inputs = self._kept[sample][1]
+            if args.get("cameras") is not None:
+                raise CommandError("a new sample explains every camera; leave cameras out.")
         method = _check_arg_choice("method", args.get("method", self.method), tuple(METHOD_LABELS))
         mode = _check_arg_choice(
             "capture_mode", args.get("capture_mode", self.capture_mode), CAPTURE_MODES
@@ -365,6 +661,8 @@ class AttributionViewerWidget(BrowserSafeState):
             target_class = _check_class(args["target_class"])
         cameras = self._check_cameras(args.get("cameras"))
         targets = self._targets_for(layer or "", mode)
+        if layer:
+            self._check_mode(layer, mode)
         if not layer:  # the targets given in Python carry their own capture mode
             modes = {targets[key].capture_mode for key in cameras}
             mode = modes.pop() if len(modes) == 1 else mode
@@ -382,7 +680,7 @@ class AttributionViewerWidget(BrowserSafeState):
         ctx.progress(0, len(cameras))
         found = explain_cameras(
             self._model,
-            self._inputs,
+            inputs,
             score,
             [targets[key] for key in cameras],
             method=method,
@@ -390,9 +688,13 @@ class AttributionViewerWidget(BrowserSafeState):
             progress=ctx.progress,
         )
         records = {record.camera_key: record for record in found if record.sample_index == 0}
-        merged = {**self._records, **records}
+        merged = records if sample is not None else {**self._records, **records}
         self._records = {key: merged[key] for key in self.camera_keys if key in merged}
         with self.hold_sync():
+            if sample is not None:
+                self._inputs = inputs
+                self.images = _images_payload(inputs)
+                self.sample_index = sample
             self.method = method
             self.capture_mode = mode
             self.layer = layer or ""
@@ -403,6 +705,23 @@ class AttributionViewerWidget(BrowserSafeState):
                 key: _record_payload(record, flatness[key]) for key, record in self._records.items()
             }
         return {"cameras": list(records)}
+
+    def _check_mode(self, layer: str, mode: str) -> None:
+        """Refuse a mode the layer cannot be read in, as the engine's probe found at creation."""
+        offered = {c["path"]: c["modes"] for c in self.layers}
+        modes = offered.get(layer, [])
+        if mode in modes:
+            return
+        labels = [_MODE_WORDS.get(m, m) for m in modes]
+        hint = (
+            f"it can be read in {' or '.join(labels)}"
+            if labels
+            else "it runs neither once per camera, nor once on the stacked cameras, nor as "
+            "each camera's own module; pick another layer"
+        )
+        raise CommandError(
+            f"layer {layer!r} cannot be read in capture mode {mode!r} on this model: {hint}."
+        )
 
     # -- linked selection ------------------------------------------------------------------
     def _layer_for_modules(self, paths: list[str]) -> Any:
@@ -467,45 +786,177 @@ class AttributionViewerWidget(BrowserSafeState):
 
 # -- image and payload conversion ---------------------------------------------------------
 def _model_inputs(images: Mapping[str, ImageLike]) -> dict[str, torch.Tensor]:
-    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it."""
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError(
-            f"images must be a non-empty mapping camera key -> image, got {type(images).__name__}."
-        )
-    inputs: dict[str, torch.Tensor] = {}
-    for key, image in images.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"camera keys must be non-empty strings, got {key!r}.")
-        if isinstance(image, torch.Tensor):
-            tensor = image.detach()
-            if tensor.ndim == 3:
-                tensor = tensor.unsqueeze(0)
-            if tensor.ndim != 4 or tensor.shape[0] != 1:
-                raise ValueError(
-                    f"camera {key!r}: image tensor must be [C, H, W] or [1, C, H, W], got "
-                    f"{tuple(image.shape)}; pass one sample (e.g. images[{key!r}][0])."
-                )
-            if not tensor.is_floating_point():
-                tensor = tensor.float()
-        elif isinstance(image, np.ndarray):
-            array = image
-            if array.ndim == 2:
-                array = array[:, :, None]
-            if array.ndim != 3:
-                raise ValueError(
-                    f"camera {key!r}: image array must be [H, W] or [H, W, C], got {image.shape}."
-                )
-            tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
-            tensor = tensor.to(torch.float32).unsqueeze(0)
-        else:
-            raise TypeError(
-                f"camera {key!r}: image must be a torch.Tensor or numpy array, got "
-                f"{type(image).__name__}."
+    """Camera key -> float tensor ``[1, C, H, W]`` as the model gets it (arrays channels last)."""
+    return camera_image_batches(images, array_layout="HWC", samples=1)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable without a length (a generator, an IterableDataset loader)
+        return None
+
+
+def _keep_samples(
+    kept: list[tuple[str, dict[str, torch.Tensor]]],
+    batch: Any,
+    batch_index: int,
+    source: Mapping[str, Any],
+    camera_keys: Sequence[str],
+) -> None:
+    """Append this batch's samples to ``kept`` until it holds ``keep_samples`` of them."""
+    room = source["keep_samples"] - len(kept)
+    if room <= 0:
+        return
+    to_images = source["batch_images"] or batch_camera_images
+    images = camera_image_batches(to_images(batch))
+    size = next(iter(images.values())).shape[0]
+    for i in range(min(room, size)):
+        one = {key: images[key][i : i + 1].detach().cpu() for key in camera_keys}
+        kept.append((f"batch {batch_index} #{i}", one))
+
+
+def _dataset_payload(
+    statistics: Sequence[CameraMapStatistics],
+    reliance: Sequence[CameraRelianceStatistics],
+    kept: Sequence[tuple[str, Any]],
+    *,
+    samples: int,
+    batches: int,
+    baseline: str,
+    score_label: str,
+    method_label: str,
+    layer: str,
+    camera_keys: list[str],
+) -> dict[str, Any]:
+    """The dataset view's payload: engine statistics as maps, flatness and reliance rows.
+
+    ``statistics`` is everything the engine finished: the all-classes records
+    (``class_index=None``) fill ``aggregates``, each class's fill ``class_aggregates``
+    under its index as a string, and ``concentration`` holds, per class choice and
+    camera, the most and least concentrated samples. A kept sample's index on the slider
+    is its sample id: both count samples in loader order from the first batch.
+    """
+    groups: dict[int | None, list[CameraMapStatistics]] = {}
+    for statistic in statistics:
+        groups.setdefault(statistic.class_index, []).append(statistic)
+    overall = groups.get(None, [])
+    stats: list[dict[str, str]] = [{"value": "mean", "label": "mean map (raw)"}]
+    for statistic in overall[:1]:
+        for p in statistic.percentile_maps:
+            stats.append({"value": f"p{p:g}", "label": f"{p:g}th percentile (normalised maps)"})
+    classes = [{"value": "all", "label": f"all classes ({samples})"}]
+    class_aggregates: dict[str, dict[str, dict[str, Any]]] = {}
+    concentration: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
+        "all": _concentration_rows(overall, camera_keys, len(kept))
+    }
+    for index in sorted(c for c in groups if c is not None):
+        members = groups[index]
+        classes.append({"value": str(index), "label": f"class {index} ({members[0].count})"})
+        class_aggregates[str(index)] = _aggregate_maps(members, camera_keys)
+        concentration[str(index)] = _concentration_rows(members, camera_keys, len(kept))
+    by_key = {r.camera_key: r for r in reliance}
+    drops = {key: r.mean_drop for key, r in by_key.items()}
+    positive = sum(max(d, 0.0) for d in drops.values() if math.isfinite(d))
+    rows = [
+        {
+            "camera": key,
+            "drop": drops[key],
+            "std": by_key[key].std_drop,
+            "share": max(drops[key], 0.0) / positive if positive > 0 else 0.0,
+        }
+        for key in camera_keys
+        if key in drops
+    ]
+    payload: dict[str, Any] = to_jsonable(
+        {
+            "samples": samples,
+            "batches": batches,
+            "kept": [label for label, _ in kept],
+            "baseline": baseline,
+            "score_label": score_label,
+            "method_label": method_label,
+            "layer": layer,
+            "stats": stats,
+            "aggregates": _aggregate_maps(overall, camera_keys),
+            "classes": classes,
+            "class_aggregates": class_aggregates,
+            "concentration": concentration,
+            "reliance": rows,
+        }
+    )
+    return payload
+
+
+def _aggregate_maps(
+    statistics: Sequence[CameraMapStatistics], camera_keys: list[str]
+) -> dict[str, dict[str, Any]]:
+    """stat -> camera -> map with its range and flatness, judged across the cameras."""
+    by_camera = {s.camera_key: s for s in statistics}
+    maps: dict[str, dict[str, np.ndarray]] = {"mean": {}}
+    for key in camera_keys:
+        if key not in by_camera:
+            continue
+        maps["mean"][key] = np.asarray(by_camera[key].mean_map, dtype=np.float32)
+        for p, values in by_camera[key].percentile_maps.items():
+            maps.setdefault(f"p{p:g}", {})[key] = np.asarray(values, dtype=np.float32)
+    aggregates: dict[str, dict[str, Any]] = {}
+    for stat, per_camera in maps.items():
+        ranges = {k: _finite_range(v) for k, v in per_camera.items()}
+        flatness = map_flatness(ranges)
+        aggregates[stat] = {
+            key: {
+                "map": values,
+                "min": ranges[key][0],
+                "max": ranges[key][1],
+                "span": flatness[key].span,
+                "relative_span": flatness[key].relative_span,
+                "largest_camera": flatness[key].largest_camera,
+                "flat": flatness[key].flat,
+                "flat_reason": flatness[key].reason,
+            }
+            for key, values in per_camera.items()
+        }
+    return aggregates
+
+
+def _concentration_rows(
+    statistics: Sequence[CameraMapStatistics], camera_keys: list[str], kept: int
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """camera -> "most" / "least" -> the engine's samples, each with its slider index or None."""
+    by_camera = {s.camera_key: s for s in statistics}
+    return {
+        key: {
+            which: [
+                {
+                    "sample_id": sample.sample_id,
+                    "concentration": sample.concentration,
+                    "kept_index": sample.sample_id if 0 <= sample.sample_id < kept else None,
+                    "map": np.asarray(sample.raw_map, dtype=np.float32),
+                }
+                for sample in samples
+            ]
+            for which, samples in (
+                ("most", by_camera[key].most_concentrated),
+                ("least", by_camera[key].least_concentrated),
             )
-        if tensor.shape[-1] < 1 or tensor.shape[-2] < 1:
-            raise ValueError(f"camera {key!r}: image is empty, shape {tuple(tensor.shape)}.")
-        inputs[key] = tensor
-    return inputs
+        }
+        for key in camera_keys
+        if key in by_camera
+    }
+
+
+def _finite_range(values: np.ndarray) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (math.nan, math.nan)
+
+
+def _images_payload(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    return {key: encode_array(_display_image(key, image)) for key, image in inputs.items()}
 
 
 def _display_image(key: str, tensor: torch.Tensor) -> np.ndarray:
@@ -590,43 +1041,37 @@ def _choices_by_mode(layers: list[dict[str, Any]]) -> dict[str, list[dict[str, s
     }
 
 
-def _layer_options(model: nn.Module, keys: list[str]) -> list[dict[str, Any]]:
-    """Every layer choice with the capture modes it can be read in, in module order."""
-    by_path: dict[str, dict[str, Any]] = {}
-    for mode, choices in _layer_choices(model, keys).items():
-        for choice in choices:
-            entry = by_path.setdefault(choice["path"], {**choice, "modes": []})
-            entry["modes"].append(mode)
-    return list(by_path.values())
+def _layer_options(
+    model: nn.Module,
+    inputs: Mapping[str, torch.Tensor],
+    forward: Forward | None,
+) -> tuple[list[dict[str, Any]], str]:
+    """Every layer choice with the capture modes it can be read in, in module order.
 
-
-def _layer_choices(model: nn.Module, keys: list[str]) -> dict[str, list[dict[str, str]]]:
-    """Module paths per capture mode; dedicated mode gets ``{camera}`` templates.
-
-    A dedicated-layer template is offered when a path has a camera key as one of its
-    dotted parts and the same path exists for every camera.
+    The engine runs one probe forward on the viewer's images, so a mode is offered for a
+    layer only when the layer really runs that way (once per camera, stacked, ...). When
+    that forward fails, the structural choices are offered and the second item says why,
+    so the viewer still opens and shows the model's error.
     """
-    modules = [m for m in inspect_model(model).modules if m.path != "<root>"]
-    types = {m.path: m.module_type.rsplit(".", 1)[-1] for m in modules}
-    shared = [{"path": m.path, "type": types[m.path]} for m in modules]
-    templates: dict[str, str] = {}
-    for module in modules:
-        parts = module.path.split(".")
-        for i, part in enumerate(parts):
-            if part in keys:
-                template = ".".join([*parts[:i], CAMERA_PLACEHOLDER, *parts[i + 1 :]])
-                if template not in templates and all(
-                    template.replace(CAMERA_PLACEHOLDER, k) in types for k in keys
-                ):
-                    templates[template] = types[module.path]
-    dedicated = [{"path": p, "type": t} for p, t in templates.items()]
-    if len(keys) == 1:
-        dedicated = shared
-    return {
-        VisionCaptureMode.DEDICATED_LAYER.value: dedicated,
-        VisionCaptureMode.PER_CAMERA_CALL.value: shared,
-        VisionCaptureMode.STACKED_CAMERA_BATCH.value: shared,
-    }
+    keys = list(inputs)
+    note = ""
+    try:
+        found = layer_choices(model, keys, images=inputs, forward=forward)
+    except Exception as exc:  # the user's model: anything may come out of its forward
+        found = layer_choices(model, keys)
+        note = (
+            "could not run the model once on these images to find which capture modes each "
+            f"layer can be read in ({type(exc).__name__}: {exc}); every structurally "
+            "possible mode is offered."
+        )
+    by_path: dict[str, dict[str, Any]] = {}
+    for mode, choices in found.items():
+        for choice in choices:
+            entry = by_path.setdefault(
+                choice.path, {"path": choice.path, "type": choice.module_type, "modes": []}
+            )
+            entry["modes"].append(mode)
+    return list(by_path.values()), note
 
 
 def _targets_by_camera(
@@ -648,8 +1093,8 @@ def _display_ranges(scale: str, maps: Mapping[str, np.ndarray]) -> dict[str, tup
     """The colour-scale range per camera, as js/widgets/attribution_viewer.ts:displayRange."""
 
     def finite_range(values: np.ndarray) -> tuple[float, float]:
-        finite = values[np.isfinite(values)]
-        return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        lo, hi = _finite_range(values)
+        return (lo, hi) if math.isfinite(lo) else (0.0, 0.0)
 
     own = {key: finite_range(values) for key, values in maps.items()}
     if scale == "normalized":

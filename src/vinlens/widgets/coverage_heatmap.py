@@ -21,7 +21,8 @@ import io
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from vinlens.store.coverage import (
     VinOfflineCoverageSceneDiagnostic,
     VinOfflineCoverageStats,
     collect_vin_offline_dataset_coverage,
+    display_name,
     find_raw_tar_shards,
     snippet_pairs_from_member_names,
 )
@@ -41,7 +43,6 @@ from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
 from vinlens.store.reader import (
     StoreGeneration,
     VinOfflineStoreReader,
-    as_store_config,
     capture_store_generation,
 )
 from vinlens.store.tarscan import TarScanError, list_tar_member_names
@@ -55,7 +56,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_float, encode_table
-from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html
+from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html, store_config
 
 __all__ = ["CoverageHeatmapWidget", "coverage_payload"]
 
@@ -85,10 +86,10 @@ def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
     )
     totals = {
         "store_dir": record.store_dir,
-        "raw_dataset_dir": getattr(record, "raw_dataset_dir", ""),
+        "raw_dataset_dir": record.raw_dataset_dir,
         "tar_shards_scanned": record.tar_shards_scanned,
-        "tar_shards_found": getattr(record, "tar_shards_found", record.tar_shards_scanned),
-        "members_scanned": getattr(record, "members_scanned", None),
+        "tar_shards_found": record.tar_shards_found,
+        "members_scanned": record.members_scanned,
         "dataset_scenes": record.dataset_scenes,
         "store_scenes": record.store_scenes,
         "dataset_snippets": record.dataset_snippets,
@@ -97,8 +98,12 @@ def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
         "missing_in_store": record.missing_in_store,
         "outside_dataset": record.outside_dataset,
         "coverage": _ratio(record.coverage),
-        "unparseable_members": getattr(record, "unparseable_members", 0),
-        "unparseable_examples": list(getattr(record, "unparseable_examples", [])),
+        "unparseable_members": record.unparseable_members,
+        "unparseable_examples": list(record.unparseable_examples),
+        "meta_members_skipped": record.meta_members_skipped,
+        # Names that were not valid UTF-8, as "<tar>: <member>" with \xNN escapes.
+        "non_utf8_members": record.non_utf8_members,
+        "non_utf8_examples": list(record.non_utf8_examples),
     }
     return {
         "totals": totals,
@@ -111,9 +116,12 @@ def coverage_payload(record: VinOfflineCoverageStats) -> dict[str, Any]:
 class CoverageHeatmapWidget(BrowserSafeState, TableExport):
     """Per-scene raw-dataset coverage of a store as a heatmap, with per-scene snippet lists.
 
-    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig` or a path;
-    ``raw_dataset_dir`` overrides (or supplies) the config's raw dataset directory. The
-    tar scan starts immediately in the background; :meth:`wait` blocks until it is done.
+    ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig`, a path or an
+    fsspec URL; ``raw_dataset_dir`` (a path or URL) overrides or supplies the config's raw
+    dataset directory, and ``storage_options`` (for fsspec) the config's. ``executor`` (any
+    ``concurrent.futures.Executor``) scans the tars in parallel; the progress bar advances
+    as each tar finishes. The tar scan starts immediately in the background; :meth:`wait`
+    blocks until it is done.
     The per-scene table exports like every vinlens table: :meth:`to_rows`,
     :meth:`to_dataframe`, :meth:`export`.
     """
@@ -137,14 +145,15 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
         self,
         store: VinOfflineStoreConfig | str | Path,
         raw_dataset_dir: str | Path | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        executor: Executor | None = None,
         **kwargs: Any,
     ) -> None:
         reject_unknown_kwargs(type(self), kwargs)
-        config = as_store_config(store)
-        if raw_dataset_dir is not None:
-            config = VinOfflineStoreConfig(
-                store_dir=config.store_dir, raw_dataset_dir=Path(raw_dataset_dir)
-            )
+        config = store_config(
+            store, raw_dataset_dir=raw_dataset_dir, storage_options=storage_options
+        )
         if config.raw_dataset_dir is None:
             raise ValueError(
                 f"{config.store_dir}: coverage needs the raw dataset directory; pass "
@@ -156,6 +165,7 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
             **kwargs,
         )
         self._config = config
+        self._store_executor = executor
         self._record: VinOfflineCoverageStats | None = None
         self._generation: StoreGeneration | None = None
         self._store_by_scene: dict[str, set[str]] = {}
@@ -245,7 +255,9 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
             progress = self._progress(ctx, trigger, "scanning raw tar headers")
             progress(0, 0)
             generation = capture_store_generation(self._config)
-            record = collect_vin_offline_dataset_coverage(self._config, progress_cb=progress)
+            record = collect_vin_offline_dataset_coverage(
+                self._config, progress_cb=progress, executor=self._store_executor
+            )
             # The store side of the per-scene lists: the sample index of the generation
             # the coverage was computed against (the engine checked it did not change).
             with VinOfflineStoreReader(self._config) as reader:
@@ -279,17 +291,9 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
 
     # -- per-scene snippet lists -------------------------------------------------------
     def _scene_row(self, scene_id: str) -> VinOfflineCoverageSceneDiagnostic:
-        """The row of ``scene_id``, given as recorded or as the browser shows it.
-
-        A scene id that is not valid UTF-8 crosses to the browser as its
-        :func:`~vinlens.export.display_text`; a click sends that form back.
-        """
         record = self._require_record()
         for row in record.per_scene:
             if row.scene_id == scene_id:
-                return row
-        for row in record.per_scene:
-            if display_text(row.scene_id) == scene_id:
                 return row
         raise CommandError(
             f"scene {display_text(scene_id)!r} is in neither the store nor the raw dataset"
@@ -298,7 +302,6 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
     def _scene_snippets(self, scene_id: str, ctx: CommandContext | None) -> dict[str, Any]:
         record = self._require_record()
         row = self._scene_row(scene_id)
-        scene_id = row.scene_id
         missing = sorted(s for sc, s in record.missing_examples if sc == scene_id)
         outside = sorted(s for sc, s in record.outside_examples if sc == scene_id)
         source = "record"
@@ -348,10 +351,11 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
             record = self._record
         raw_dir = self._config.raw_dataset_dir
         assert raw_dir is not None and record is not None
-        access = open_store_access(raw_dir)
+        options = self._config.storage_options
+        access = open_store_access(raw_dir, options)
         by_scene: dict[str, set[str]] = defaultdict(set)
         try:
-            tars = find_raw_tar_shards(raw_dir)[: record.tar_shards_scanned]
+            tars = find_raw_tar_shards(raw_dir, options)[: record.tar_shards_scanned]
             for done, rel in enumerate(tars):
                 if ctx is not None:
                     ctx.progress(done, len(tars))
@@ -361,7 +365,8 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
                     )
                 pairs, _bad = snippet_pairs_from_member_names(names)
                 for scene, snippet in pairs:
-                    by_scene[scene].add(snippet)
+                    # The record names scenes as display_name does (valid, readable text).
+                    by_scene[display_name(scene)].add(display_name(snippet))
         except TarScanError as exc:
             raise CommandError(str(exc)) from exc
         finally:
@@ -406,6 +411,13 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
         parts = ["<div class='vinlens-static-coverage'>", "<h4>Raw-dataset coverage</h4><table>"]
         parts += [f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows]
         parts.append("</table>")
+        if record.non_utf8_members:
+            parts.append(
+                f"<p>{record.non_utf8_members:,} member name(s) are not valid UTF-8; shown "
+                "with \\xNN escapes:</p><ul>"
+            )
+            parts += [f"<li><code>{esc(e)}</code></li>" for e in record.non_utf8_examples]
+            parts.append("</ul>")
         worst = sorted(
             (r for r in record.per_scene if r.missing_in_store or r.outside_dataset),
             key=lambda r: (r.coverage if r.coverage is not None else -1.0, r.scene_id),

@@ -21,6 +21,7 @@ module picked last, wherever it was picked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +30,8 @@ import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.widgets._base import CommandContext, CommandError, command, widget_asset
+from vinlens.model_inspection import TensorSummary
+from vinlens.widgets._base import CommandContext, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table, to_jsonable
 from vinlens.widgets._selection import ModuleSelection
 from vinlens.widgets.module_table import ModuleTableState, _inspect
@@ -37,19 +39,20 @@ from vinlens.widgets.module_table import ModuleTableState, _inspect
 __all__ = ["ModelHealthWidget", "health_payload"]
 
 #: ``TensorSummary`` fields sent per module and side (A, and B in diff mode).
-SUMMARY_FIELDS = (
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "abs_max",
-    "zero_fraction",
-    "nan_count",
-    "posinf_count",
-    "neginf_count",
-)
+SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TensorSummary))
 DRIFT_FIELDS = ("max_abs_diff", "relative_l2", "cosine")
+
+
+def summary_columns(summaries: Sequence[Any], side: str) -> dict[str, np.ndarray]:
+    """``<side>_<field>`` float64 columns of ``TensorSummary`` records (NaN where a row
+    has None) and ``has_<side>`` saying which rows have one."""
+    n = len(summaries)
+    columns = {f"has_{side}": np.fromiter((s is not None for s in summaries), np.bool_, n)}
+    for name in SUMMARY_FIELDS:
+        columns[f"{side}_{name}"] = np.fromiter(
+            (np.nan if s is None else float(getattr(s, name)) for s in summaries), np.float64, n
+        )
+    return columns
 
 
 def _most_drifted(entries: Sequence[Any]) -> Any:
@@ -76,26 +79,34 @@ def health_payload(
     fields, ``calls`` (calls compared), ``origin`` (1 for the NaN origin) and
     ``reached`` (1 for modules the non-finite values reached after it).
     """
+    columns, unknown, origin_info = _health_columns(metadata, stats=stats, diff=diff, origin=origin)
+    divergent = None if diff is None else diff.first_divergent_path()
+    return {
+        "mode": "diff" if diff is not None else "stats" if stats is not None else "empty",
+        "table": encode_table(columns),
+        "origin": origin_info,
+        "first_divergent": divergent,
+        "unknown_paths": sorted(set(unknown)),
+        "unpaired_paths": [] if diff is None else list(diff.unpaired_paths),
+        "batches": None if stats is None else int(stats.batches),
+    }
+
+
+def _health_columns(
+    metadata: Any, *, stats: Any, diff: Any, origin: Any
+) -> tuple[dict[str, np.ndarray], list[str], dict[str, Any] | None]:
+    """The health table's columns, the record paths that are no module row, the origin."""
     paths = [m.path for m in metadata.modules]
     index = {path: i for i, path in enumerate(paths)}
     n = len(paths)
+    summaries: dict[str, list[Any]] = {"a": [None] * n, "b": [None] * n}
     columns: dict[str, np.ndarray] = {}
-    for side in ("a", "b"):
-        columns[f"has_{side}"] = np.zeros(n, dtype=np.bool_)
-        for name in SUMMARY_FIELDS:
-            columns[f"{side}_{name}"] = np.full(n, np.nan, dtype=np.float64)
     for name in DRIFT_FIELDS:
         columns[name] = np.full(n, np.nan, dtype=np.float64)
     columns["calls"] = np.zeros(n, dtype=np.int32)
     columns["origin"] = np.zeros(n, dtype=np.bool_)
     columns["reached"] = np.zeros(n, dtype=np.bool_)
     unknown: list[str] = []
-
-    def put(side: str, row: int, summary: Any) -> None:
-        columns[f"has_{side}"][row] = True
-        for name in SUMMARY_FIELDS:
-            columns[f"{side}_{name}"][row] = float(getattr(summary, name))
-
     if diff is not None:
         by_path: dict[str, list[Any]] = {}
         for entry in diff.modules:
@@ -106,8 +117,8 @@ def health_payload(
                 unknown.append(path)
                 continue
             entry = _most_drifted(entries)
-            put("a", row, entry.summary_a)
-            put("b", row, entry.summary_b)
+            summaries["a"][row] = entry.summary_a
+            summaries["b"][row] = entry.summary_b
             for name in DRIFT_FIELDS:
                 columns[name][row] = float(getattr(entry, name))
             columns["calls"][row] = len(entries)
@@ -117,7 +128,7 @@ def health_payload(
             if row is None:
                 unknown.append(path)
             else:
-                put("a", row, summary)  # the streamed statistics of model A win
+                summaries["a"][row] = summary  # the streamed statistics of model A win
     origin_info: dict[str, Any] | None = None
     if origin is not None:
         row = index.get(origin.module_path)
@@ -136,19 +147,15 @@ def health_payload(
             "reached": list(origin.propagated_to),
             "input_nonfinite": bool(origin.input_nonfinite),
         }
-    divergent = None if diff is None else diff.first_divergent_path()
-    return {
-        "mode": "diff" if diff is not None else "stats" if stats is not None else "empty",
-        "table": encode_table(columns),
-        "origin": origin_info,
-        "first_divergent": divergent,
-        "unknown_paths": sorted(set(unknown)),
-        "unpaired_paths": [] if diff is None else list(diff.unpaired_paths),
-        "batches": None if stats is None else int(stats.batches),
+    columns = {
+        **summary_columns(summaries["a"], "a"),
+        **summary_columns(summaries["b"], "b"),
+        **columns,
     }
+    return columns, unknown, origin_info
 
 
-class ModelHealthWidget(ModuleTableState):
+class ModelHealthWidget(ModuleTableState, TableExport):
     """The modules of ``model`` with their activation statistics, the NaN origin and A/B drift.
 
     Args:
@@ -160,8 +167,15 @@ class ModelHealthWidget(ModuleTableState):
         stats, diff, origin: records computed elsewhere (``ActivationStats``,
             ``ModelDiff``, ``NonFiniteOrigin``) to show now.
         selection: a :class:`~vinlens.widgets.ModuleSelection` shared with other widgets.
-        analyze: analyze at once (in the background) when ``run`` is given and no record
-            was passed.
+        analyze: analyze at once (in the constructing cell) when ``run`` is given and no
+            record was passed.
+
+    ``to_rows()`` / ``to_dataframe()`` / ``export(path)`` give the summary table shown: one
+    row per module, its path and type, then the health columns.
+
+    The Analyze button runs on the widget's worker thread (the notebook stays responsive
+    and shows progress); the engines hook model A (and B) until it finishes, so leave
+    those models alone in other cells meanwhile.
     """
 
     _esm = widget_asset("model_health.js")
@@ -209,7 +223,9 @@ class ModelHealthWidget(ModuleTableState):
         self._use_selection(selection)
         self.show_records(stats=stats, diff=diff, origin=origin)
         if analyze and run is not None and stats is None and diff is None and origin is None:
-            self.start_command("analyze", trigger="construction")
+            # On the cell's own thread, as the user's forward would run in the cell: a
+            # background analysis would hook the model while the next cells use it.
+            self.analyze()
 
     # -- records ---------------------------------------------------------------------------
     @property
@@ -232,6 +248,20 @@ class ModelHealthWidget(ModuleTableState):
         payload = health_payload(self._metadata, stats=stats, diff=diff, origin=origin)
         self._stats, self._diff, self._origin = stats, diff, origin
         self.health = payload
+
+    def _export_records(self) -> list[dict[str, Any]]:
+        """One dict per module row: path, type, then the health columns (as sent)."""
+        columns, _, _ = _health_columns(
+            self._metadata, stats=self._stats, diff=self._diff, origin=self._origin
+        )
+        return [
+            {
+                "path": module.path,
+                "module_type": module.module_type,
+                **{name: values[row].item() for name, values in columns.items()},
+            }
+            for row, module in enumerate(self._metadata.modules)
+        ]
 
     # -- analysis --------------------------------------------------------------------------
     def analyze(self) -> dict[str, Any]:

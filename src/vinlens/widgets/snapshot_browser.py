@@ -28,6 +28,7 @@ from torch import nn
 from vinlens.widgets._base import BrowserSafeState, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_array, encode_table
 from vinlens.widgets._selection import ModuleSelection
+from vinlens.widgets.model_health import summary_columns
 from vinlens.widgets.module_table import (
     ModuleTableState,
     ModuleTableWidget,
@@ -136,6 +137,8 @@ def snapshot_table_payload(snapshots: Sequence[Any]) -> dict[str, Any]:
             "sample_omission_reason": [s.sample_omission_reason or "" for s in snapshots],
             "values_start": starts,
             "values_count": counts,
+            # whole-tensor statistics (the sample is only a prefix of the tensor)
+            **summary_columns([s.summary for s in snapshots], "summary"),
         }
     )
     return {"table": table, "values": encode_array(flat)}

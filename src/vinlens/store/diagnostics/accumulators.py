@@ -348,10 +348,19 @@ class BackboneStats:
             self.shapes.setdefault(name, shape)
         self.nonfinite.update(other.nonfinite)
 
-    def finish(self) -> list[tuple[str, tuple[int, ...], int, tuple[Any, ...]]]:
-        """``(field, row shape, sampled rows, (count, mean, std, abs_mean, nz_frac))`` by name."""
+    def finish(self) -> list[tuple[str, tuple[int, ...], int, tuple[Any, ...], tuple[Any, ...]]]:
+        """Per field, by name: ``(field, row shape, sampled rows, moments, (min, max))``.
+
+        ``moments`` is ``(count, mean, std, abs_mean, nz_frac)``.
+        """
         return [
-            (name, self.shapes[name], self.rows[name], self.moments[name].finish())
+            (
+                name,
+                self.shapes[name],
+                self.rows[name],
+                self.moments[name].finish(),
+                self.moments[name].extremes(),
+            )
             for name in sorted(self.moments)
         ]
 

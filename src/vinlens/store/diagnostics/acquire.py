@@ -4,7 +4,7 @@ The coordinator opens the store once (manifest, sample index, generation), choos
 rows, and cuts the shards into tasks of consecutive shards. A task is plain data (the
 store config, the request, the shard plans), so it pickles to any
 ``concurrent.futures.Executor``; a worker reopens the store through the reader (one
-reader per process and request, reused across its tasks), checks that it sees the
+reader per worker thread and request, reused across its tasks), checks that it sees the
 request's generation, and returns the partial of its shards. Partials are folded in
 manifest shard order; the fold is exact and associative, so the record is equal (``==``)
 with or without an executor, on any number of workers.
@@ -20,7 +20,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from vinlens.store.diagnostics.accumulators import StatsPartial
@@ -89,35 +88,80 @@ class ShardTask:
 # Workers
 # --------------------------------------------------------------------------------------
 
-_worker_lock = threading.Lock()
-_worker_reader: tuple[str, VinOfflineStoreReader] | None = None
+
+# One reader per worker thread and request: it parses the sample index once per request,
+# not once per task. In a process pool the worker's reader lives until the next request;
+# readers opened by threads of the coordinating process (a thread pool) are released when
+# the request's fold ends, so no thread keeps a store open after the call.
+class _CachedReader:
+    __slots__ = ("busy", "reader", "released")
+
+    def __init__(self, reader: VinOfflineStoreReader) -> None:
+        self.reader = reader
+        self.busy = True
+        self.released = False
 
 
-def _reader_for(task: ShardTask) -> VinOfflineStoreReader:
-    """This process's reader for the task's request (parsed once per process and request)."""
-    global _worker_reader
-    key = f"{task.config.model_dump_json()}|{task.request.digest()}"
-    with _worker_lock:
-        if _worker_reader is not None and _worker_reader[0] == key:
-            return _worker_reader[1]
-        if _worker_reader is not None:
-            _worker_reader[1].close()
-            _worker_reader = None
-        reader = VinOfflineStoreReader(task.config)
-        if reader.generation != task.request.generation:
-            reader.close()
-            raise _replaced(task.request, "while it was being read (seen by a worker)")
-        _worker_reader = (key, reader)
-        return reader
+_readers_lock = threading.Lock()
+_readers: dict[tuple[int, str], _CachedReader] = {}
+
+
+def _acquire_reader(task: ShardTask) -> _CachedReader:
+    """This thread's reader for the task's request, marked busy (opened once per request)."""
+    thread = threading.get_ident()
+    key = (thread, task.request.digest())
+    stale: list[_CachedReader] = []
+    with _readers_lock:
+        entry = _readers.get(key)
+        if entry is not None:
+            entry.busy = True
+            return entry
+        for other in [k for k in _readers if k[0] == thread]:
+            stale.append(_readers.pop(other))
+    for old in stale:
+        old.reader.close()
+    reader = VinOfflineStoreReader(task.config)
+    if reader.generation != task.request.generation:
+        reader.close()
+        raise _replaced(task.request, "while it was being read (seen by a worker)")
+    entry = _CachedReader(reader)
+    with _readers_lock:
+        _readers[key] = entry
+    return entry
+
+
+def _release_task_reader(entry: _CachedReader) -> None:
+    with _readers_lock:
+        entry.busy = False
+        close = entry.released
+    if close:
+        entry.reader.close()
+
+
+def release_worker_readers(request: VinOfflineDatasetStatsRequest) -> None:
+    """Close this process's cached readers of ``request`` (a busy one when its task ends)."""
+    digest = request.digest()
+    idle: list[_CachedReader] = []
+    with _readers_lock:
+        for key in [k for k in _readers if k[1] == digest]:
+            entry = _readers.pop(key)
+            entry.released = True
+            if not entry.busy:
+                idle.append(entry)
+    for entry in idle:
+        entry.reader.close()
 
 
 def run_shard_task(task: ShardTask) -> StatsPartial:
     """The partial of a task's shards (what an executor runs; see :class:`ShardTask`)."""
-    reader = _reader_for(task)
-    partial: StatsPartial | None = None
-    for plan in task.plans:
-        part = scan_shard(reader, plan)
-        partial = part if partial is None else partial.merge(part)
+    entry = _acquire_reader(task)
+    try:
+        partial: StatsPartial | None = None
+        for plan in task.plans:
+            part = scan_shard(entry.reader, plan)
+            partial = part if partial is None else partial.merge(part)
+    finally:
+        _release_task_reader(entry)
     return partial if partial is not None else StatsPartial()
 
 
@@ -342,8 +386,12 @@ def build_stats_record(
             std=std,
             abs_mean=abs_mean,
             nz_frac=nz,
+            minimum=low,
+            maximum=high,
         )
-        for name, shape, rows, (count, mean, std, abs_mean, nz) in partial.backbone.finish()
+        for name, shape, rows, (count, mean, std, abs_mean, nz), (low, high) in (
+            partial.backbone.finish()
+        )
     ]
     summaries = []
     for si in summary_rows:
@@ -417,7 +465,9 @@ def capture_vin_offline_dataset_stats_request(
     checked = check_max_samples(max_samples)
     config = as_store_config(store)
     generation = capture_store_generation(config)
-    selection = VinOfflineStoreSelection(store_dir=generation.store_dir.path)
+    selection = VinOfflineStoreSelection(
+        store_dir=generation.store_dir.path, storage_options=config.storage_options
+    )
     return VinOfflineDatasetStatsRequest(
         selection=selection, generation=generation, max_samples=checked
     )
@@ -432,9 +482,9 @@ def _replaced(request: VinOfflineDatasetStatsRequest, when: str) -> VinOfflineSt
     )
 
 
-def _current_generation(path: str) -> StoreGeneration | None:
+def _current_generation(config: VinOfflineStoreConfig) -> StoreGeneration | None:
     try:
-        return capture_store_generation(path)
+        return capture_store_generation(config)
     except (VinOfflineStoreError, OSError):
         return None
 
@@ -474,14 +524,17 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
-    path = request.selection.store_dir
-    if _current_generation(path) != request.generation:
+    # The config travels to workers: a path or URL plus storage options, never a handle.
+    config = VinOfflineStoreConfig(
+        store_dir=request.selection.store_dir,
+        storage_options=request.selection.storage_options,
+    )
+    if _current_generation(config) != request.generation:
         raise _replaced(request, "before the read started")
-    config = VinOfflineStoreConfig(store_dir=Path(path))
     try:
         reader = VinOfflineStoreReader(config)
     except (VinOfflineStoreError, OSError) as exc:
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being opened") from exc
         raise
     try:
@@ -492,21 +545,24 @@ def inspect_vin_offline_dataset_stats_with_progress(
             if executor is None:
                 partial = _fold_in_process(reader, plans, progress_cb)
             else:
-                partial = _fold_on_executor(
-                    executor, _tasks(reader, config, request, plans), progress_cb
-                )
+                try:
+                    partial = _fold_on_executor(
+                        executor, _tasks(reader, config, request, plans), progress_cb
+                    )
+                finally:
+                    release_worker_readers(request)
             result = build_stats_record(reader, partial, request)
         except VinOfflineStoreReplacedError:
             raise
         except Exception as exc:
-            if _current_generation(path) != request.generation:
+            if _current_generation(config) != request.generation:
                 raise _replaced(request, "while it was being read") from exc
             raise
         try:
             reader.check_generation()
         except StoreReplacedError as exc:
             raise _replaced(request, "while it was being read") from exc
-        if _current_generation(path) != request.generation:
+        if _current_generation(config) != request.generation:
             raise _replaced(request, "while it was being read")
         return result
     finally:

@@ -53,6 +53,7 @@ class VinOfflineBackboneDiagnostic:
     """Streaming numeric summary for one stored backbone field.
 
     ``mean``/``std``/``abs_mean``/``nz_frac`` are ``None`` when no finite value was seen.
+    Added after the seed's fields: ``minimum`` and ``maximum`` of the finite values (exact).
     """
 
     field: str
@@ -64,6 +65,8 @@ class VinOfflineBackboneDiagnostic:
     std: float | None
     abs_mean: float | None
     nz_frac: float | None
+    minimum: float | None = None
+    maximum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,8 @@ class VinOfflineStoreSelection:
 
     store_dir: str
     scope: str = "root"
+    # How to reach a URL store; credentials never enter the request's digest.
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json_dict(self) -> dict[str, str]:
         return {"scope": self.scope, "store_dir": self.store_dir}

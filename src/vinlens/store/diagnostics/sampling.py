@@ -153,7 +153,9 @@ class Reservoir:
             return
         positions = positions.astype(np.int64, copy=False)
         values = values.reshape(positions.size, -1)
-        priority = _priorities(positions, self.salt)
+        self._push(positions, values, _priorities(positions, self.salt))
+
+    def _push(self, positions: np.ndarray, values: np.ndarray, priority: np.ndarray) -> None:
         if self._threshold is not None:
             keep = priority < self._threshold
             if not keep.any():
@@ -187,11 +189,11 @@ class Reservoir:
 
     def merge(self, other: Reservoir) -> None:
         """Fold ``other`` (same salt and width) into this one."""
+        # Pending like added values: a fold over many shards compacts once per ``limit``
+        # new rows, not once per shard.
         other._compact()
         if other.position.size:
-            self._pending.append((other.position, other.values, other.priority))
-            self._pending_rows += other.position.size
-        self._compact()
+            self._push(other.position, other.values, other.priority)
 
     def rows(self) -> np.ndarray:
         self._compact()
