@@ -536,8 +536,10 @@ def test_a_model_edited_between_captures_is_walked_again() -> None:
     assert paths() == {"<root>", "0", "1", "2"}
     model[1] = nn.Sequential(nn.ReLU())  # a child replaced by a container
     assert paths() == {"<root>", "0", "1", "1.0", "2"}
-    model[1][0] = nn.Identity()  # a grandchild replaced: same names, new module
-    identity = model[1][0]
+    inner = model[1]
+    assert isinstance(inner, nn.Sequential)
+    inner[0] = nn.Identity()  # a grandchild replaced: same names, new module
+    identity = inner[0]
     with capture_model(model) as capture:
         model(x)
     assert any(s.module_path == "1.0" for s in capture.snapshots)
@@ -565,3 +567,18 @@ def test_a_model_class_with_its_own_named_modules_is_walked_every_time() -> None
     with capture_model(model) as capture:
         model(x)
     assert {s.module_path for s in capture.snapshots} == {"<root>", "0"}
+
+
+def test_the_reused_walk_keeps_no_model_or_module_alive() -> None:
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU()))
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        with capture_model(model):
+            model(x)
+    refs = [weakref.ref(module) for module in model.modules()]
+    del model
+    gc.collect()
+    assert all(ref() is None for ref in refs)

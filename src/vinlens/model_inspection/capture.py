@@ -14,6 +14,7 @@ Three rules shape the implementation:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import itertools
@@ -380,57 +381,79 @@ def _compiled_paths(modules: Sequence[tuple[str, nn.Module]]) -> list[str]:
     return found
 
 
+_Node: TypeAlias = tuple[str, "weakref.ref[nn.Module]", int, tuple[str, ...], tuple[int, ...]]
+
+
 class _Walk:
     """One model's ``named_modules()`` pairs and what proves them current.
 
     The walk is determined by each module's ``_modules`` table (same table object,
     same names, same children in the same order), so comparing those tables with
-    the ones seen when the walk was made is enough to reuse it; it costs a third
-    of walking again on light CNNs, and nothing per module is allocated for leaves.
+    the ones seen when the walk was made is enough to reuse it: it costs a third
+    of walking again on light CNNs. Only weak references and ids are kept, so a
+    cached walk never keeps a model or any of its modules alive; a child replaced
+    by a new object at a freed one's address is caught because the freed one's
+    weak reference is dead.
     """
 
-    __slots__ = ("model", "modules", "tables")
+    __slots__ = ("__weakref__", "model", "nodes")
 
     def __init__(self, model: nn.Module, modules: list[tuple[str, nn.Module]]) -> None:
-        self.model = weakref.ref(model)
-        self.modules = modules
-        self.tables = [
-            (module.__dict__["_modules"], tuple(module.__dict__["_modules"].items()))
-            for _, module in modules
-        ]
+        key = id(model)
+        this = weakref.ref(self)
 
-    def current(self, model: nn.Module) -> bool:
+        def forget(_: object) -> None:
+            # Runs when the model is freed (possibly inside any other code): no lock.
+            if _WALKS.get(key) is this():
+                _WALKS.pop(key, None)
+
+        self.model = weakref.ref(model, forget)
+        self.nodes: list[_Node] = []
+        for name, module in modules:
+            table = module.__dict__["_modules"]
+            self.nodes.append(
+                (name, weakref.ref(module), id(table), tuple(table), tuple(map(id, table.values())))
+            )
+
+    def modules(self, model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+        """The walk if ``model``'s module tree is unchanged since it was made, else None."""
         if self.model() is not model:
-            return False
-        for (_, module), (table, items) in zip(self.modules, self.tables, strict=True):
-            found = module.__dict__["_modules"]
-            if found is not table or (tuple(found.items()) != items if items else found):
-                return False
-        return True
+            return None
+        found: list[tuple[str, nn.Module]] = []
+        for name, ref, table_id, keys, child_ids in self.nodes:
+            module = ref()
+            if module is None:
+                return None
+            table = module.__dict__["_modules"]
+            if id(table) != table_id:
+                return None
+            if keys:
+                if tuple(table) != keys or tuple(map(id, table.values())) != child_ids:
+                    return None
+            elif table:
+                return None
+            found.append((name, module))
+        return found
 
 
-# Recent walks by model identity (each entry checks that its model is still alive and
-# unchanged before it is reused).
+# Walks by model identity; an entry leaves when its model is freed.
 _WALKS: dict[int, _Walk] = {}
-_WALKS_LOCK = threading.Lock()
 
 
 def _module_walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """``list(model.named_modules())``, reused while the model's module tree is unchanged."""
     cached = _WALKS.get(id(model))
-    if cached is not None and cached.current(model):
-        return cached.modules
+    if cached is not None:
+        modules = cached.modules(model)
+        if modules is not None:
+            return modules
     modules = _registered_modules(model)
     default_walk = nn.Module.named_modules
     # A class with its own named_modules may answer differently without any table
     # changing: its models are walked every time.
     if all(type(module).named_modules is default_walk for _, module in modules):
-        with _WALKS_LOCK:
-            if len(_WALKS) >= 64:
-                for key in [k for k, walk in _WALKS.items() if walk.model() is None] or [
-                    next(iter(_WALKS))
-                ]:
-                    del _WALKS[key]
+        # Modules that refuse weak references are simply walked every time.
+        with contextlib.suppress(TypeError):
             _WALKS[id(model)] = _Walk(model, modules)
     return modules
 
