@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
-from vinlens.model_inspection.capture import _children
+from vinlens.model_inspection.capture import walk_tensors
 from vinlens.model_inspection.summary import (
     BLOCK_ELEMENTS,
     _blocks,
@@ -244,27 +244,9 @@ def _floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Ten
         if _summarizable(value):
             yield root, value
         return
-    nodes_left = MAX_WALK_NODES
-    stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(((root, value),)), 0)]
-    while stack:
-        children, depth = stack[-1]
-        item = next(children, None)
-        if item is None:
-            stack.pop()
-            continue
-        if nodes_left <= 0:
-            return
-        nodes_left -= 1
-        path, node = item
-        if isinstance(node, torch.Tensor):
-            if _summarizable(node):
-                yield path, node
-            continue
-        if depth >= MAX_WALK_DEPTH:
-            continue
-        grandchildren = _children(node, path)
-        if grandchildren is not None:
-            stack.append((grandchildren, depth + 1))
+    for path, tensor in walk_tensors(((root, value),), MAX_WALK_NODES, MAX_WALK_DEPTH):
+        if _summarizable(tensor):
+            yield path, tensor
 
 
 def _summarizable(tensor: torch.Tensor) -> bool:

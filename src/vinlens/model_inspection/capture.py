@@ -22,7 +22,7 @@ import threading
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -339,6 +339,37 @@ def _arg_path(position: int) -> str:
 def _key_repr(key: object) -> str:
     text = repr(key)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def walk_tensors(
+    roots: Iterable[tuple[str, object]], max_nodes: int, max_depth: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for the tensors in a depth-first walk of ``roots``' containers.
+
+    At most ``max_nodes`` nodes (tensors and containers) are visited and containers deeper
+    than ``max_depth`` edges are not opened, so a hostile or cyclic structure costs a bounded
+    amount of work. Each stack entry holds lazy children and the depth they sit at.
+    """
+    nodes_left = max_nodes
+    stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(roots), 0)]
+    while stack:
+        children, depth = stack[-1]
+        item = next(children, None)
+        if item is None:
+            stack.pop()
+            continue
+        if nodes_left <= 0:
+            return
+        nodes_left -= 1
+        path, value = item
+        if isinstance(value, torch.Tensor):
+            yield path, value
+            continue
+        if depth >= max_depth:
+            continue
+        grandchildren = _children(value, path)
+        if grandchildren is not None:
+            stack.append((grandchildren, depth + 1))
 
 
 def _children(value: object, path: str) -> Iterator[_WalkItem] | None:
@@ -806,31 +837,13 @@ class ModelCapture:
     ) -> None:
         """Depth-first walk of one input or output, with fresh node and depth quotas."""
         limits = self._limits
-        nodes_left = limits.max_traversal_nodes
-        max_depth = limits.max_container_depth
-        # Each stack entry: lazy children and the depth those children sit at.
-        stack: list[tuple[Iterator[_WalkItem], int]] = [(iter(roots), 0)]
         try:
-            while stack:
-                children, depth = stack[-1]
-                item = next(children, None)
-                if item is None:
-                    stack.pop()
-                    continue
-                if nodes_left <= 0:
+            for path, value in walk_tensors(
+                roots, limits.max_traversal_nodes, limits.max_container_depth
+            ):
+                self._record(label, index, direction, path, value)
+                if self._exhausted:
                     return
-                nodes_left -= 1
-                path, value = item
-                if isinstance(value, torch.Tensor):
-                    self._record(label, index, direction, path, value)
-                    if self._exhausted:
-                        return
-                    continue
-                if depth >= max_depth:
-                    continue
-                grandchildren = _children(value, path)
-                if grandchildren is not None:
-                    stack.append((grandchildren, depth + 1))
         except Exception as error:  # a user container misbehaving must not break forward
             _warn_stopped(label, index, direction, error)
 
