@@ -32,7 +32,7 @@ export interface MethodChoice {
 }
 
 /** One camera's explanation as the kernel sends it (see attribution_viewer.py:_record_payload). */
-export interface AttributionPayload {
+export interface AttributionPayload extends MapFlatness {
   camera_key: string;
   method: string;
   method_label: string;
@@ -44,6 +44,11 @@ export interface AttributionPayload {
   map: NDArray;
   /** [h, w] of the map at the target layer, before upsampling. */
   layer_shape: number[];
+}
+
+/** A map's range and whether it is near-flat beside the other cameras' maps. */
+export interface MapFlatness {
+  map: NDArray;
   min: number;
   max: number;
   /** max - min (NaN when an end is not finite). */
@@ -57,16 +62,7 @@ export interface AttributionPayload {
 }
 
 /** One camera's aggregate map over the dataset slice, flatness judged across cameras. */
-export interface AggregatePayload {
-  map: NDArray;
-  min: number;
-  max: number;
-  span: number;
-  relative_span: number;
-  largest_camera: string;
-  flat: boolean;
-  flat_reason: string;
-}
+export type AggregatePayload = MapFlatness;
 
 /** How much the score drops when one camera's input is replaced by the baseline. */
 export interface ReliancePayload {
