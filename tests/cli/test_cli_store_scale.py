@@ -167,7 +167,7 @@ def test_scheduler_address_runs_on_a_dask_cluster(
     local_stats = _json(capsys, ["store", "stats", store, "--all", "--json"])
     local_coverage = _json(capsys, ["store", "coverage", store, "--raw", raw, "--json"])
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as cluster:
         address = cluster.scheduler_address
         on_cluster = ["--scheduler", address, "--json"]

@@ -129,7 +129,7 @@ def test_dask_local_cluster_equals_in_process(store: Path) -> None:
     local = collect_vin_offline_dataset_stats(store, max_samples=None)
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         dask_executor(cluster.scheduler_address) as executor,
     ):

@@ -273,7 +273,7 @@ def test_dask_local_cluster_coverage_and_stats_equal_local(s3_dataset: S3Dataset
     local = collect_vin_offline_dataset_coverage(s3_dataset.local.config)
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
