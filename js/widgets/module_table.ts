@@ -237,7 +237,11 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
 
   const toolbar = h("div", { class: "vl-toolbar vl-mt-toolbar" },
     title, search, typeSelect, viewToggle, expandAll, collapseAll, selectSubtree, clearSel);
-  const el = h("div", { class: "vl-mt" }, toolbar, totals, table.el);
+  // Actions of the embedding widget (Refresh) sit at the end of the totals line, so the
+  // toolbar keeps one line at notebook width in both views.
+  const actions = h("div", { class: "vl-mt-actions" });
+  const infobar = h("div", { class: "vl-mt-infobar" }, totals, actions);
+  const el = h("div", { class: "vl-mt" }, toolbar, infobar, table.el);
 
   function matches(i: number): boolean {
     if (!rows) return false;
@@ -581,7 +585,7 @@ function render({ model, el }: { model: AnyModel<ModuleTableModel>; el: HTMLElem
     client.request("refresh").catch((err) => status.showError(err.message, err.traceback))
       .finally(() => { refresh.disabled = false; });
   });
-  mt.el.querySelector(".vl-mt-toolbar")?.append(refresh);
+  mt.el.querySelector(".vl-mt-actions")?.append(refresh);
   const root = h("div", { class: "vl-root vl-module-table" }, mt.el, status.el);
   el.append(root);
   return () => {
