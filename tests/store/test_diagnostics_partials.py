@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 from vinlens.store.diagnostics import (
     StatsPartial,
     VinOfflineDatasetStats,
+    acquire,
     capture_vin_offline_dataset_stats_request,
     collect_vin_offline_dataset_stats,
     dask_executor,
     inspect_vin_offline_dataset_stats,
     inspect_vin_offline_dataset_stats_with_progress,
 )
-from vinlens.store.diagnostics.acquire import _plans, build_stats_record
+from vinlens.store.diagnostics.acquire import _plans, _tasks, build_stats_record
 from vinlens.store.diagnostics.kernels import Moments
 from vinlens.store.diagnostics.sampling import Reservoir
 from vinlens.store.diagnostics.scan import scan_shard
@@ -105,6 +106,31 @@ def test_process_pool_equals_in_process(store: Path, max_samples: int | None) ->
     total = local.sampled_samples
     assert calls[0] == (0, total) and calls[-1] == (total, total)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+
+
+def test_tasks_group_consecutive_shards_into_a_few_per_worker(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store is far below the 8 MiB floor: drop the floor so the per-worker target decides.
+    monkeypatch.setattr(acquire, "_TASK_BYTES", 1)
+    request = capture_vin_offline_dataset_stats_request(store, max_samples=None)
+    with VinOfflineStoreReader(store) as reader:
+        plans = _plans(reader, None)
+        config = reader.config
+        one = _tasks(reader, config, request, plans, 1)
+        many = _tasks(reader, config, request, plans, 8)
+    assert [p for task in one for p in task.plans] == plans
+    assert [p for task in many for p in task.plans] == plans
+    assert len(one) == acquire._TASKS_PER_WORKER  # 8 equal shards, 2 per task
+    assert len(many) == len(plans)  # more tasks wanted than shards: one shard each
+    local = inspect_vin_offline_dataset_stats(request)
+    calls: list[tuple[int, int]] = []
+    with concurrent.futures.ProcessPoolExecutor(1) as pool:
+        remote = inspect_vin_offline_dataset_stats_with_progress(
+            request, lambda done, total: calls.append((done, total)), executor=pool
+        )
+    _assert_identical(local, remote)
+    assert len(calls) == 1 + acquire._TASKS_PER_WORKER
 
 
 def test_executor_progress_callback_can_cancel(store: Path) -> None:

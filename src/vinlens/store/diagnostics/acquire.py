@@ -63,8 +63,15 @@ __all__ = [
     "run_shard_task",
 ]
 
-#: Consecutive shards are grouped until a task reads about this many payload bytes...
+#: Tasks per worker: each task returns a partial (about 1.6 MB pickled on a VIN store) that
+#: the coordinator unpickles and merges on the same cores the workers use, so a task per
+#: ~9 MB shard spent a third of the 2-worker speed-up there; a few tasks per worker keep
+#: that cost small and still balance the load and report progress several times a worker.
+_TASKS_PER_WORKER = 4
+#: Consecutive shards are grouped until a task reads at least this many payload bytes...
 _TASK_BYTES = 8 << 20
+#: ... and at most this many (progress on very large stores) ...
+_TASK_MAX_BYTES = 256 << 20
 #: ... or holds this many shards (integrity checks of shards with no selected rows).
 _TASK_SHARDS = 64
 #: Tasks submitted ahead of the fold: bounds the partials held by the coordinator.
@@ -197,22 +204,41 @@ def _plans(reader: VinOfflineStoreReader, max_samples: int | None) -> list[Shard
     return plans
 
 
+def _executor_workers(executor: concurrent.futures.Executor) -> int:
+    """The executor's worker count where it says (the stdlib pools), else this machine's cores."""
+    workers = getattr(executor, "_max_workers", None)
+    if isinstance(workers, int) and workers > 0:
+        return workers
+    return os.cpu_count() or 1
+
+
 def _tasks(
     reader: VinOfflineStoreReader,
     config: VinOfflineStoreConfig,
     request: VinOfflineDatasetStatsRequest,
     plans: list[ShardPlan],
+    workers: int,
 ) -> list[ShardTask]:
-    """Consecutive shards per task: one big shard alone, small ones together (fewer round trips)."""
+    """Consecutive shards per task, about ``_TASKS_PER_WORKER`` tasks per worker."""
+    sizes = [
+        len(plan.rows) * sum(row_bytes(spec) for spec in reader.shard(plan.shard_id).blocks)
+        for plan in plans
+    ]
+    total = sum(sizes)
+    target = -(-total // (workers * _TASKS_PER_WORKER))
+    budget = min(_TASK_MAX_BYTES, max(_TASK_BYTES, target))
+    # Cut at equal shares of the bytes, not when a task reaches the budget: a short last
+    # task leaves a worker idle for most of a task's time at the end of the scan.
+    count = max(1, min(len(plans), -(-total // budget)))
     tasks: list[ShardTask] = []
     current: list[ShardPlan] = []
     size = 0
-    for plan in plans:
+    for plan, plan_size in zip(plans, sizes, strict=True):
         current.append(plan)
-        size += len(plan.rows) * sum(row_bytes(spec) for spec in reader.shard(plan.shard_id).blocks)
-        if size >= _TASK_BYTES or len(current) >= _TASK_SHARDS:
+        size += plan_size
+        if (total and size * count >= total * (len(tasks) + 1)) or len(current) >= _TASK_SHARDS:
             tasks.append(ShardTask(config, request, tuple(current)))
-            current, size = [], 0
+            current = []
     if current:
         tasks.append(ShardTask(config, request, tuple(current)))
     return tasks
@@ -547,7 +573,9 @@ def inspect_vin_offline_dataset_stats_with_progress(
             else:
                 try:
                     partial = _fold_on_executor(
-                        executor, _tasks(reader, config, request, plans), progress_cb
+                        executor,
+                        _tasks(reader, config, request, plans, _executor_workers(executor)),
+                        progress_cb,
                     )
                 finally:
                     release_worker_readers(request)
