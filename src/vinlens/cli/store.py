@@ -142,21 +142,15 @@ def open_executor(workers: int | None, scheduler: str | None) -> Iterator[Execut
     if scheduler is None:
         yield None
         return
-    try:
-        import distributed
-    except ImportError as exc:
-        raise ImportError(
-            f"--scheduler needs Dask's distributed scheduler, which is not installed: "
-            f"{DASK_EXTRA_HINT}"
-        ) from exc
-    try:
-        client = distributed.Client(scheduler, timeout="10s")  # type: ignore[no-untyped-call]
-    except OSError as exc:
-        raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
-    try:
-        yield client.get_executor()  # type: ignore[no-untyped-call]
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
+    from vinlens.store.diagnostics import dask_executor
+
+    with contextlib.ExitStack() as stack:
+        # Only connecting is wrapped: an OSError from the scan itself keeps its own message.
+        try:
+            executor = stack.enter_context(dask_executor(scheduler, timeout="10s"))
+        except OSError as exc:
+            raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        yield executor
 
 
 def _store_config(
