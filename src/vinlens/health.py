@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
-from vinlens.model_inspection.capture import walk_tensors
+from vinlens.model_inspection.capture import _normalize_paths, walk_tensors
 from vinlens.model_inspection.summary import (
     BLOCK_ELEMENTS,
     _blocks,
@@ -277,15 +277,10 @@ def _labelled_modules(
 ) -> list[tuple[str, nn.Module]]:
     """(path, module) for every module, or for the named paths (unknown ones refused)."""
     modules = [(name or ROOT_PATH, module) for name, module in model.named_modules()]
-    if module_paths is None:
+    wanted = _normalize_paths(module_paths)
+    if wanted is None:
         return modules
-    if isinstance(module_paths, (str, bytes)) or not isinstance(module_paths, Sequence):
-        raise TypeError(
-            "module_paths must be a sequence of module path strings or None, "
-            f"got {type(module_paths).__name__} {module_paths!r}"
-        )
     known = dict(modules)
-    wanted = [path or ROOT_PATH for path in module_paths]
     unknown = [path for path in wanted if path not in known]
     if unknown:
         raise ValueError(
@@ -293,7 +288,7 @@ def _labelled_modules(
             f"named_modules() paths of {type(model).__qualname__}, with {ROOT_PATH!r} "
             "for the model itself"
         )
-    return [(path, known[path]) for path in dict.fromkeys(wanted)]
+    return [(path, known[path]) for path in wanted]
 
 
 @contextlib.contextmanager
