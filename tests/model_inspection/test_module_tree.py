@@ -50,7 +50,7 @@ def test_tied_weights_count_under_both_owners() -> None:
 
 
 def test_empty_record_and_bad_input() -> None:
-    with pytest.raises(TypeError, match="ModelMetadata.*builtins.str"):
+    with pytest.raises(TypeError, match=r"ModelMetadata.*builtins\.str"):
         module_tree("model")  # type: ignore[arg-type]
     metadata = inspect_model(nn.Identity())
     assert module_tree(metadata).subtree_end == (1,)

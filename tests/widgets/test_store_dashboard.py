@@ -16,9 +16,9 @@ import pytest
 from payload_decode import table_column
 
 from vinlens.store.diagnostics import (
-    rri_pair_arrays,
     capture_vin_offline_dataset_stats_request,
     collect_vin_offline_dataset_stats,
+    rri_pair_arrays,
 )
 from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 from vinlens.widgets import store_dashboard as dashboard_module
