@@ -17,6 +17,7 @@ MODULES = (
     "vinlens",
     "vinlens.model_inspection",
     "vinlens.health",
+    "vinlens.hooks",
     "vinlens.attribution.targets",
     "vinlens.attribution.layout",
     "vinlens.attribution.images",
