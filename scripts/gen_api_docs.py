@@ -15,6 +15,8 @@ from pathlib import Path
 
 MODULES = (
     "vinlens",
+    "vinlens.operations",
+    "vinlens.workers",
     "vinlens.model_inspection",
     "vinlens.health",
     "vinlens.attribution.targets",
