@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from vinlens.attribution.explain import CameraAttribution
 from vinlens.attribution.registry import METHOD_REGISTRY
@@ -59,6 +60,13 @@ def _value_equal(a: Any, b: Any) -> bool:
             and isinstance(b, np.ndarray)
             and a.dtype == b.dtype
             and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
         )
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_value_equal(x, y) for x, y in zip(a, b, strict=True))
@@ -172,11 +180,12 @@ class MapAccumulator:
             )
         if len(sample_ids) != len(values):
             raise ValueError(f"{len(sample_ids)} sample ids for {len(values)} maps.")
-        finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
-        left_out = int(len(values) - finite.sum())
+        finite = np.asarray(np.isfinite(values).reshape(len(values), -1).all(axis=1))
+        left_out = int(len(values) - int(finite.sum()))
         if left_out:
             values = values[finite]
-            sample_ids = [i for i, keep in zip(sample_ids, finite, strict=True) if keep]
+            keep = [bool(k) for k in finite]
+            sample_ids = [i for i, k in zip(sample_ids, keep, strict=True) if k]
         count = len(values)
         if not count:
             return replace(self, nonfinite=self.nonfinite + left_out) if left_out else self
@@ -484,5 +493,3 @@ def _sorted(table: Mapping[tuple[str, int | None], MapAccumulator]) -> tuple[Map
             key=lambda k: (cameras.index(k[0]), k[1] is not None, k[1] if k[1] is not None else 0),
         )
     )
-
-

@@ -291,5 +291,3 @@ def camera_image_means(
     if not count:
         raise ValueError("camera_image_means: the batches are empty.")
     return {key: (value / count).to(torch.float32) for key, value in sums.items()}
-
-
