@@ -15,8 +15,11 @@ from pathlib import Path
 
 MODULES = (
     "vinlens",
+    "vinlens.operations",
+    "vinlens.workers",
     "vinlens.model_inspection",
     "vinlens.health",
+    "vinlens.hooks",
     "vinlens.attribution.targets",
     "vinlens.attribution.layout",
     "vinlens.attribution.images",

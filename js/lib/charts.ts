@@ -8,6 +8,7 @@
 // the kernel; nothing here computes a diagnostic.
 import "./charts.css";
 import { formatNumber } from "./payload";
+import { onThemeChange, themeVar } from "./theme";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -327,7 +328,7 @@ export function scatterPlot(x: ArrayLike<number>, y: ArrayLike<number>, opts: Ch
     if (!ctx) return; // jsdom has no canvas; the axes still render
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, w, h);
-    const color = getComputedStyle(el).getPropertyValue("--jp-brand-color1").trim() || "#1976d2";
+    const color = themeVar(getComputedStyle(el), "brand-color1", "#1976d2");
     ctx.fillStyle = color;
     // Dense clouds need lower opacity to show where the mass is.
     ctx.globalAlpha = drawn > 20000 ? 0.15 : drawn > 2000 ? 0.35 : 0.7;
@@ -339,10 +340,7 @@ export function scatterPlot(x: ArrayLike<number>, y: ArrayLike<number>, opts: Ch
       ctx.fillRect(sx(xv) - r, sy(yv) - r, 2 * r, 2 * r);
     }
   };
-  const observer = typeof MutationObserver !== "undefined"
-    ? new MutationObserver(() => redraw())
-    : null;
-  observer?.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
+  const stopTheme = onThemeChange(redraw);
   redraw();
-  return { el, drawn, redraw, dispose: () => observer?.disconnect() };
+  return { el, drawn, redraw, dispose: stopTheme };
 }

@@ -15,6 +15,7 @@ import { collapsedList, downloadText, h, replaceChildren } from "../lib/dom";
 import { decode, formatNumber, type Table } from "../lib/payload";
 import { CommandClient, type CommandError } from "../lib/protocol";
 import { statusView } from "../lib/status";
+import { onThemeChange, themeVar } from "../lib/theme";
 
 export type SortKey = "coverage" | "scene_id" | "dataset_snippets" | "store_snippets" | "missing_in_store" | "outside_dataset";
 
@@ -290,12 +291,12 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
       ctx.strokeRect((p % layout.cols) * step + o, Math.floor(p / layout.cols) * step + o, layout.cell - 2 * o, layout.cell - 2 * o);
     };
     if (selPos >= 0) {
-      outline(selPos, css.getPropertyValue("--jp-ui-font-color0").trim() || "#000", 2, 0, []);
-      if (layout.cell >= 8) outline(selPos, css.getPropertyValue("--jp-layout-color0").trim() || "#fff", 1, 2, []);
+      outline(selPos, themeVar(css, "ui-font-color0", "#000"), 2, 0, []);
+      if (layout.cell >= 8) outline(selPos, themeVar(css, "layout-color0", "#fff"), 1, 2, []);
     }
     if (document.activeElement === canvas) {
       const inset = selPos === ui.cursor && layout.cell >= 10 ? 3 : 0;
-      outline(ui.cursor, css.getPropertyValue("--jp-brand-color1").trim() || "#1976d2", 2, inset, [3, 2]);
+      outline(ui.cursor, themeVar(css, "brand-color1", "#1976d2"), 2, inset, [3, 2]);
     }
     ctx.setLineDash?.([]);
   }
@@ -499,8 +500,7 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
 
   const onSelected = () => { draw(); renderTable(); };
   const onTheme = () => draw();
-  const themeObserver = typeof MutationObserver !== "undefined" ? new MutationObserver(onTheme) : null;
-  themeObserver?.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
+  const stopTheme = onThemeChange(onTheme);
   const resizeObserver = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => draw()) : null;
   resizeObserver?.observe(gridWrap);
 
@@ -518,7 +518,7 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
     model.off("change:coverage", renderCoverage);
     model.off("change:selected_scene", onSelected);
     model.off("change:replacement", renderReplacement);
-    themeObserver?.disconnect();
+    stopTheme();
     resizeObserver?.disconnect();
     client.dispose();
     status.dispose();

@@ -1,0 +1,250 @@
+"""What a model-side task carries to a worker: a model recipe and a sharded source of batches.
+
+A task sent to an executor must pickle, and an ``nn.Module`` with hooks, a data loader or
+a generator does not (or not cheaply, or not faithfully). So a model-side operation
+(activation statistics, dataset attribution, camera reliance) receives:
+
+* a :class:`ModelRecipe`: a **top-level** factory (importable by module and name on the
+  worker), its keyword arguments, and optionally a state dict to load after building.
+  ``recipe.build()`` returns a fresh model in eval mode; ``recipe.model()`` returns the
+  model built once per worker thread and recipe (a task that runs after another on the
+  same worker does not rebuild it). :meth:`ModelRecipe.from_model` snapshots a live
+  model's weights into a recipe.
+* a :class:`ShardedBatches`: a top-level ``load(shard_index) -> iterable of batches`` and
+  the number of shards; shard ``i`` is one task. :meth:`ShardedBatches.from_sequence`
+  wraps a plain list of batches (a batch per shard by default).
+
+Results do not depend on where the shards ran: every shard is loaded by its index alone,
+and the partials are folded in shard order by :func:`vinlens.operations.run_operation`.
+
+torch is imported only when a model is built, so the store side can import this module.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ModelRecipe", "ShardedBatches", "as_sharded_batches"]
+
+#: Models kept per worker thread by :meth:`ModelRecipe.model` (most recently used).
+MODELS_PER_THREAD = 2
+
+
+def _check_top_level(function: object, what: str) -> None:
+    """Raise a TypeError unless ``function`` is a callable a worker can import by name."""
+    if not callable(function):
+        raise TypeError(f"{what} must be callable, got {type(function).__qualname__}")
+    if not isinstance(function, (type, types.FunctionType)):
+        return  # a callable object (functools.partial, an instance): pickled as it is
+    qualname = function.__qualname__
+    module = function.__module__
+    # Names in __main__ pickle by name too; they reach forked pool workers, not spawned ones.
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        where = f"{module}.{qualname}" if module else repr(function)
+        raise TypeError(
+            f"{what} {where} cannot be sent to a worker: use a function or class defined at "
+            "the top level of a module (not a lambda or a nested function)"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ModelRecipe:
+    """A picklable way to build the same model on any worker.
+
+    Attributes:
+        factory: A top-level function or ``nn.Module`` subclass returning the model
+            (``factory(**kwargs)``).
+        kwargs: Keyword arguments of ``factory`` (plain, picklable values).
+        state_dict: Weights loaded after building (``load_state_dict(strict=True)``), or
+            ``None`` when the factory alone determines them (e.g. a seeded constructor).
+        device: Device the model is moved to on the worker.
+        train: Build in train mode (``False``: eval mode, the default for diagnostics).
+
+    ``token`` identifies the recipe across pickled copies, so that :meth:`model` reuses
+    one build per worker thread for every task of one recipe.
+    """
+
+    factory: Callable[..., Any]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    state_dict: Mapping[str, Any] | None = None
+    device: str = "cpu"
+    train: bool = False
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        _check_top_level(self.factory, "ModelRecipe.factory")
+        if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
+            raise TypeError(
+                f"ModelRecipe.kwargs must be a mapping of str keys, got {self.kwargs!r:.80}"
+            )
+        object.__setattr__(self, "kwargs", types.MappingProxyType(dict(self.kwargs)))
+        if self.state_dict is not None and not isinstance(self.state_dict, Mapping):
+            raise TypeError(
+                "ModelRecipe.state_dict must be None or a mapping of names to tensors "
+                f"(model.state_dict()), got {type(self.state_dict).__qualname__}"
+            )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # MappingProxyType does not pickle: send a plain dict and rebuild.
+        return (
+            _rebuild_recipe,
+            (
+                self.factory,
+                dict(self.kwargs),
+                None if self.state_dict is None else dict(self.state_dict),
+                self.device,
+                self.train,
+                self.token,
+            ),
+        )
+
+    @classmethod
+    def from_model(
+        cls,
+        model: torch.nn.Module,
+        factory: Callable[..., Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        device: str = "cpu",
+    ) -> ModelRecipe:
+        """A recipe that rebuilds ``model`` (same factory) with a copy of its current weights.
+
+        The state dict is detached and copied to the CPU, so later training of ``model``
+        does not change what workers build.
+        """
+        state = {
+            name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()
+        }
+        return cls(factory, dict(kwargs or {}), state, device=device, train=model.training)
+
+    def build(self) -> torch.nn.Module:
+        """A new model: ``factory(**kwargs)``, weights loaded, on ``device``, eval or train mode."""
+        import torch
+
+        model = self.factory(**self.kwargs)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"ModelRecipe.factory {self.factory!r:.80} returned "
+                f"{type(model).__qualname__}, expected a torch.nn.Module"
+            )
+        if self.state_dict is not None:
+            model.load_state_dict(dict(self.state_dict), strict=True)
+        model.to(self.device)
+        model.train(self.train)
+        return model
+
+    def model(self) -> torch.nn.Module:
+        """The model of this recipe built once per worker thread (see :data:`MODELS_PER_THREAD`)."""
+        cache: OrderedDict[str, Any] | None = getattr(_models, "cache", None)
+        if cache is None:
+            cache = OrderedDict()
+            _models.cache = cache
+        built = cache.get(self.token)
+        if built is None:
+            built = self.build()
+            cache[self.token] = built
+            while len(cache) > MODELS_PER_THREAD:
+                cache.popitem(last=False)
+        cache.move_to_end(self.token)
+        return built
+
+
+def _rebuild_recipe(
+    factory: Callable[..., Any],
+    kwargs: dict[str, Any],
+    state_dict: dict[str, Any] | None,
+    device: str,
+    train: bool,
+    token: str,
+) -> ModelRecipe:
+    return ModelRecipe(factory, kwargs, state_dict, device, train, token)
+
+
+# One model cache per thread: forward hooks and module state are not shared across threads.
+_models = threading.local()
+
+
+class _SequenceLoader:
+    """``load(shard)`` over a list of batches, ``per_shard`` consecutive batches a shard."""
+
+    __slots__ = ("batches", "per_shard")
+
+    def __init__(self, batches: Sequence[Any], per_shard: int) -> None:
+        self.batches = list(batches)
+        self.per_shard = per_shard
+
+    def __call__(self, shard: int) -> list[Any]:
+        start = shard * self.per_shard
+        return self.batches[start : start + self.per_shard]
+
+    def __getstate__(self) -> tuple[list[Any], int]:
+        return self.batches, self.per_shard
+
+    def __setstate__(self, state: tuple[list[Any], int]) -> None:
+        self.batches, self.per_shard = state
+
+
+@dataclass(frozen=True)
+class ShardedBatches:
+    """A source of batches in ``count`` shards, each loadable by its index alone.
+
+    Attributes:
+        load: A top-level callable (or a picklable callable object) with
+            ``load(shard_index) -> iterable of batches``; it runs on the worker.
+        count: Number of shards (``0 <= shard_index < count``).
+    """
+
+    load: Callable[[int], Iterable[Any]]
+    count: int
+
+    def __post_init__(self) -> None:
+        _check_top_level(self.load, "ShardedBatches.load")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise ValueError(f"ShardedBatches.count must be an int >= 0, got {self.count!r}")
+
+    @classmethod
+    def from_sequence(cls, batches: Sequence[Any], *, batches_per_shard: int = 1) -> ShardedBatches:
+        """Shards of ``batches_per_shard`` consecutive batches of a list (the batches travel)."""
+        if isinstance(batches_per_shard, bool) or not isinstance(batches_per_shard, int):
+            raise TypeError(f"batches_per_shard must be an int, got {batches_per_shard!r}")
+        if batches_per_shard < 1:
+            raise ValueError(f"batches_per_shard must be >= 1, got {batches_per_shard}")
+        items = list(batches)
+        count = -(-len(items) // batches_per_shard)
+        return cls(_SequenceLoader(items, batches_per_shard), count)
+
+    def batches(self, shard_index: int) -> Iterator[Any]:
+        """The batches of one shard (loaded by ``load``)."""
+        if not 0 <= shard_index < self.count:
+            raise IndexError(f"shard index {shard_index} out of range [0, {self.count})")
+        return iter(self.load(shard_index))
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def as_sharded_batches(source: ShardedBatches | Sequence[Any]) -> ShardedBatches:
+    """``source`` as :class:`ShardedBatches`: itself, or a list/tuple with one batch a shard.
+
+    Raises:
+        TypeError: an iterator or generator (it cannot be split across workers, nor read
+            twice): pass a list of batches or ``ShardedBatches(load, count)``.
+    """
+    if isinstance(source, ShardedBatches):
+        return source
+    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        return ShardedBatches.from_sequence(source)
+    raise TypeError(
+        "batches must be a list or tuple of batches or vinlens.workers.ShardedBatches(load, "
+        f"count), got {type(source).__qualname__}: an iterator or data loader cannot be split "
+        "across workers"
+    )
