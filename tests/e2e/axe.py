@@ -1,0 +1,51 @@
+"""axe-core (npm devDependency) in an e2e page: inject node_modules/axe-core/axe.min.js and
+run it on one element. Used by the no-theme host page, marimo and JupyterLab tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AXE_JS = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "axe.min.js"
+WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+
+
+def inject_axe(page: Any) -> None:
+    if not AXE_JS.exists():
+        pytest.fail(f"{AXE_JS} missing: run `npm ci` (axe-core is a devDependency)")
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.add_script_tag(path=str(AXE_JS))
+
+
+def axe_violations(
+    page: Any, selector: str, *, rules: list[str] | None = None, impacts: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """axe violations inside every element matching ``selector`` (WCAG 2.1 A/AA, or ``rules``),
+    only those of ``impacts`` when given; each with its rule id, impact, help and nodes."""
+    inject_axe(page)
+    found: list[dict[str, Any]] = page.evaluate(
+        """async ([selector, rules, tags]) => {
+            const runOnly = rules ? { type: "rule", values: rules } : { type: "tag", values: tags };
+            const result = await window.axe.run({ include: [[selector]] },
+                                                { runOnly, resultTypes: ["violations"] });
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map((n) => ({ target: n.target.join(" "),
+                                             summary: n.failureSummary,
+                                             html: n.html.slice(0, 240) })),
+            }));
+        }""",
+        [selector, rules, WCAG_AA],
+    )
+    return [v for v in found if not impacts or v["impact"] in impacts]
+
+
+def describe(violations: list[dict[str, Any]]) -> str:
+    lines = []
+    for v in violations:
+        lines.append(f"{v['id']} ({v['impact']}): {v['help']}")
+        for n in v["nodes"][:6]:
+            lines.append(f"    {n['target']}: {n['summary']}\n      {n['html']}")
+    return "\n".join(lines)
