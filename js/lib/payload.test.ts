@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { decode, decodeTable, joinBuffers, typedArray, formatNumber } from "./payload";
+import { decode, decodeFloat, decodeTable, joinBuffers, typedArray, formatNumber } from "./payload";
 import { csvField } from "./dom";
 
 function u32(values: number[]): DataView {
@@ -13,6 +13,16 @@ describe("payload decoding", () => {
     expect(Number.isNaN(out.a)).toBe(true);
     expect(out.b).toEqual([Infinity, -Infinity]);
     expect(out.c).toBe(1.5);
+  });
+
+  it("decodes one wire float the same way everywhere (one decoder)", () => {
+    expect(decodeFloat(2.5)).toBe(2.5);
+    expect(decodeFloat({ $float: "Infinity" })).toBe(Infinity);
+    expect(decodeFloat({ $float: "-Infinity" })).toBe(-Infinity);
+    expect(Number.isNaN(decodeFloat({ $float: "NaN" }))).toBe(true);
+    expect(Number.isNaN(decodeFloat(null))).toBe(true);
+    expect(Number.isNaN(decodeFloat({ $float: "bogus" }))).toBe(true);
+    expect(decode({ x: { $float: "-Infinity" } }).x).toBe(-Infinity);
   });
 
   it("decodes a string column lazily from offsets and utf-8 bytes", () => {

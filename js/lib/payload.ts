@@ -98,14 +98,20 @@ export function decodeArray(node: any): NDArray {
   return { dtype: a.dtype, shape: a.shape, data: typedArray(a.dtype, a.data) };
 }
 
+/** A wire float as a number: plain JSON numbers, or {"$float": "NaN" | "Infinity" |
+ * "-Infinity"}; a missing value (null, undefined) or an unknown spelling is NaN. */
+export function decodeFloat(value: number | { $float: string } | null | undefined): number {
+  if (value === null || value === undefined) return NaN;
+  if (typeof value === "number") return value;
+  return value.$float === "Infinity" ? Infinity : value.$float === "-Infinity" ? -Infinity : NaN;
+}
+
 /** Turn explicit floats, arrays and tables back into JS values, recursively. */
 export function decode(value: any): any {
   if (value === null || typeof value !== "object") return value;
   if (value instanceof DataView || ArrayBuffer.isView(value) || value instanceof ArrayBuffer) return value;
   if (Array.isArray(value)) return value.map(decode);
-  if ("$float" in value) {
-    return value.$float === "NaN" ? NaN : value.$float === "Infinity" ? Infinity : -Infinity;
-  }
+  if ("$float" in value) return decodeFloat(value);
   if ("$array" in value) return decodeArray(value);
   if ("$table" in value) return decodeTable(value);
   const out: Record<string, any> = {};

@@ -4,15 +4,14 @@
 // module picked last (in this table or any widget sharing the selection) side by side.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
-import "./module_table.css";
 import "./model_health.css";
 import { h, replaceChildren } from "../lib/dom";
 import { statText, summaryBoxesSvg } from "../lib/histogram";
-import { decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
+import { decodeFloat, decodeTable, formatNumber, type Table, type TypedArray } from "../lib/payload";
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
 import { setText } from "../lib/virtual-table";
-import { createModuleTable, type ModuleExtraColumn, type ModuleTableModel, type ModuleTableView } from "./module_table";
+import { createModuleTable, type ModuleExtraColumn, type ModuleTableModel, type ModuleTableView } from "../lib/module-table";
 
 type Summary = Record<string, number | { $float: string } | null>;
 /** One floating tensor of the origin call (vinlens.health.TensorTrace). */
@@ -76,17 +75,11 @@ export class HealthRows {
 }
 
 
-function fromWire(v: number | { $float: string } | null | undefined): number {
-  if (v === null || v === undefined) return NaN;
-  if (typeof v === "number") return v;
-  return v.$float === "Infinity" ? Infinity : v.$float === "-Infinity" ? -Infinity : NaN;
-}
-
 /** "3 NaN, 1 +Inf" over the tensors of one side of a call. */
 export function nonFiniteText(traces: TensorTrace[]): string {
   if (!traces.length) return "no floating tensor";
   const parts: string[] = [];
-  const total = (name: string) => traces.reduce((sum, t) => sum + (fromWire(t.summary[name] as any) || 0), 0);
+  const total = (name: string) => traces.reduce((sum, t) => sum + (decodeFloat(t.summary[name] as any) || 0), 0);
   const nan = total("nan_count");
   const pos = total("posinf_count");
   const neg = total("neginf_count");

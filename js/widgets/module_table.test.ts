@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { FakeModel, dataView } from "../lib/fake-model";
-import widget, { createModuleTable } from "./module_table";
+import { createModuleTable } from "../lib/module-table";
+import widget from "./module_table";
 
 /** Build the payload module_table_payload() sends, from paths (pre-order). */
 function modulesPayload(paths: string[], types: string[], typeOf: (p: string) => number) {

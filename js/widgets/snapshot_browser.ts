@@ -11,7 +11,7 @@ import { decodeArray, decodeTable, formatNumber, type Table, type TypedArray } f
 import { CommandClient } from "../lib/protocol";
 import { statusView } from "../lib/status";
 import { VirtualTable, type VTColumn } from "../lib/virtual-table";
-import { createModuleTable, type ModuleTableModel, type ModuleTableView } from "./module_table";
+import { createModuleTable, type ModuleTableModel, type ModuleTableView } from "../lib/module-table";
 
 export interface SnapshotBrowserModel extends ModuleTableModel {
   snapshot_table: { table?: any; values?: any };

@@ -18,6 +18,7 @@ from payload_decode import table_column
 from vinlens.store.diagnostics import (
     capture_vin_offline_dataset_stats_request,
     collect_vin_offline_dataset_stats,
+    rri_pair_arrays,
 )
 from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 from vinlens.widgets import store_dashboard as dashboard_module
@@ -390,13 +391,13 @@ def test_a_url_store_on_an_executor_shows_the_same_numbers(store, monkeypatch):
 def test_payload_arrays_hold_the_engine_values_exactly():
     """The fast array builders give what ``np.asarray`` gives, and refuse malformed pairs."""
     pairs = [(0.1, 2.0), (float("nan"), -1.5), (3.0, float("inf"))]
-    rri, value = dashboard_module._pairs_arrays(pairs)
+    rri, value = rri_pair_arrays(pairs)
     reference = np.asarray(pairs, dtype=np.float64)
     np.testing.assert_array_equal(rri, reference[:, 0])
     np.testing.assert_array_equal(value, reference[:, 1])
-    assert dashboard_module._pairs_arrays([])[0].shape == (0,)
+    assert rri_pair_arrays([])[0].shape == (0,)
     with pytest.raises(ValueError, match="RRI pairs"):
-        dashboard_module._pairs_arrays([(1.0, 2.0, 3.0), (4.0,)])
+        rri_pair_arrays([(1.0, 2.0, 3.0), (4.0,)])
     values = (1, 2.5, 1e40, -0.0)
     with np.errstate(over="ignore"):  # 1e40 is inf in float32, as asarray makes it
         array = dashboard_module._float_array(values, np.float32)

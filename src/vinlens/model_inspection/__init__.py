@@ -38,7 +38,13 @@ from vinlens.model_inspection.config import (
 from vinlens.model_inspection.config import (
     ConfigValue as ConfigValue,
 )
-from vinlens.model_inspection.structure import ModelMetadata, ModuleMetadata, inspect_model
+from vinlens.model_inspection.structure import (
+    ModelMetadata,
+    ModuleMetadata,
+    ModuleTree,
+    inspect_model,
+    module_tree,
+)
 from vinlens.model_inspection.summary import SummaryAccumulator, TensorSummary, summarize_tensor
 
 __all__ = [
@@ -49,11 +55,13 @@ __all__ = [
     "ModelMetadata",
     "ModelStructureSpec",
     "ModuleMetadata",
+    "ModuleTree",
     "SummaryAccumulator",
     "TensorSnapshot",
     "TensorSummary",
     "capture_model",
     "inspect_config",
     "inspect_model",
+    "module_tree",
     "summarize_tensor",
 ]

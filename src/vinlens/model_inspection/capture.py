@@ -537,7 +537,7 @@ class ModelCapture:
             )
         self._model = model
         self._limits = limits
-        self._module_paths = _normalize_paths(module_paths)
+        self._module_paths = normalize_module_paths(module_paths)
         self._lock = threading.Lock()
         self._snapshots: list[TensorSnapshot] = []
         self._sampled_bytes = 0
@@ -908,8 +908,14 @@ class ModelCapture:
             return None
 
 
-def _normalize_paths(module_paths: Sequence[str] | None) -> tuple[str, ...] | None:
-    """Validate path types now (existence is checked on entry) and drop repeats."""
+def normalize_module_paths(module_paths: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``module_paths`` as a tuple of labels (``""`` read as ``"<root>"``), repeats dropped.
+
+    Only types are checked here (existence needs the model); None stays None.
+
+    Raises:
+        TypeError: not a sequence of strings (a bare string is refused).
+    """
     if module_paths is None:
         return None
     if isinstance(module_paths, (str, bytes)) or not isinstance(module_paths, Sequence):

@@ -6,15 +6,17 @@ import dataclasses
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
 from vinlens.model_inspection._naming import _TYPE_NAMES, ROOT_PATH, _qualified_type_name
 
-__all__ = ["ModelMetadata", "ModuleMetadata", "inspect_model"]
+__all__ = ["ModelMetadata", "ModuleMetadata", "ModuleTree", "inspect_model", "module_tree"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,4 +204,99 @@ def _inspect_registered_state(model: nn.Module) -> ModelMetadata:
         total_parameters=total,
         trainable_parameters=trainable_total,
         modules=tuple(records),
+    )
+
+
+# --------------------------------------------------------------------------- module_tree
+
+
+@dataclass(frozen=True)
+class ModuleTree:
+    """The tree of a :class:`ModelMetadata`'s modules, one entry per row of ``modules``.
+
+    Attributes:
+        paths: Module paths in the record's (``named_modules`` pre-order) order.
+        parent: Row of each module's parent; ``-1`` for the root (and for every top-level
+            module when the record has no root row).
+        depth: Registration depth; the root is 0, ``"a.b"`` is 2 below a root row.
+        subtree_end: End of each module's subtree: rows ``[i, subtree_end[i])`` are the
+            module and everything registered below it.
+        subtree_parameters: ``direct_parameters`` summed over each subtree (a parameter
+            registered directly on two modules, as tied weights are, counts under both,
+            so the root's sum can exceed ``total_parameters``).
+    """
+
+    paths: tuple[str, ...]
+    parent: tuple[int, ...]
+    depth: tuple[int, ...]
+    subtree_end: tuple[int, ...]
+    subtree_parameters: tuple[int, ...]
+
+    @cached_property
+    def _rows(self) -> dict[str, int]:
+        return {path: i for i, path in enumerate(self.paths)}
+
+    def row(self, path: str) -> int:
+        """The row of ``path``; KeyError naming it when the model has no such module."""
+        try:
+            return self._rows[path]
+        except KeyError:
+            raise KeyError(f"no module {path!r} in this model") from None
+
+    def subtree_paths(self, path: str) -> tuple[str, ...]:
+        """``path`` and every module registered below it, in row order."""
+        start = self.row(path)
+        return self.paths[start : self.subtree_end[start]]
+
+
+def module_tree(metadata: ModelMetadata) -> ModuleTree:
+    """Parent, depth, subtree range and subtree parameter total of every module row.
+
+    Parents come from the paths (``"a.b"``'s parent is ``"a"``; a module whose parent
+    path is not a row hangs under the root), so the ranges hold for any record, and
+    ``subtree_end`` follows the record's order: in ``inspect_model``'s pre-order a
+    subtree is a contiguous range of rows.
+
+    Raises:
+        TypeError: ``metadata`` is not a :class:`ModelMetadata`.
+    """
+    if not isinstance(metadata, ModelMetadata):
+        raise TypeError(
+            f"module_tree expects a ModelMetadata (from inspect_model), got "
+            f"{_qualified_type_name(type(metadata))}"
+        )
+    modules = metadata.modules
+    n = len(modules)
+    paths = tuple(m.path for m in modules)
+    index = {path: i for i, path in enumerate(paths)}
+    root = index.get(ROOT_PATH, -1)
+    parent = [-1] * n
+    depth = [0] * n
+    below_root = 1 if root >= 0 else 0
+    for i, path in enumerate(paths):
+        if path == ROOT_PATH:
+            continue
+        head, dot, _ = path.rpartition(".")
+        parent[i] = index.get(head, root) if dot else root
+        depth[i] = path.count(".") + below_root
+    subtree_end = list(range(1, n + 1))
+    open_rows: list[int] = []  # ancestors of the current row, innermost last
+    for i in range(n):
+        while open_rows and open_rows[-1] != parent[i]:
+            subtree_end[open_rows.pop()] = i
+        open_rows.append(i)
+    for i in open_rows:
+        subtree_end[i] = n
+    direct = np.fromiter((m.direct_parameters for m in modules), np.int64, n)
+    # A subtree is a contiguous row range, so its total is a difference of prefix sums.
+    prefix = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(direct, out=prefix[1:])
+    ends = np.asarray(subtree_end, dtype=np.int64)
+    sums = prefix[ends] - prefix[:n] if n else np.zeros(0, dtype=np.int64)
+    return ModuleTree(
+        paths=paths,
+        parent=tuple(parent),
+        depth=tuple(depth),
+        subtree_end=tuple(subtree_end),
+        subtree_parameters=tuple(sums.tolist()),
     )

@@ -39,10 +39,13 @@ import torch
 
 __all__ = [
     "BLOCK_ELEMENTS",
+    "FiniteCache",
     "SummaryAccumulator",
+    "SummaryCache",
     "TensorSummary",
     "stored_elements",
     "summarize_tensor",
+    "tensor_blocks",
 ]
 
 #: Largest number of elements a summary widens or compacts at once (blockwise path).
@@ -248,8 +251,9 @@ class _TensorMemo:
             self._entries[id(tensor)] = (weakref.ref(tensor), tensor._version, value)
 
 
-class _SummaryCache(_TensorMemo):
-    """Moments of the tensors seen during a forward (see :class:`_TensorMemo`)."""
+class SummaryCache(_TensorMemo):
+    """Moments of the tensors seen during a forward (see :class:`_TensorMemo`); shared by
+    capture and health so that a tensor seen by several hooks is reduced once."""
 
     def get(self, tensor: torch.Tensor) -> SummaryAccumulator | None:
         """The cached moments of ``tensor`` (do not modify them), or None."""
@@ -266,10 +270,11 @@ class _SummaryCache(_TensorMemo):
         return moments
 
     def summary(self, tensor: torch.Tensor) -> TensorSummary:
+        """The summary of ``tensor`` (its moments, reduced now unless cached)."""
         return self.moments(tensor).finish()
 
 
-class _FiniteCache(_TensorMemo):
+class FiniteCache(_TensorMemo):
     """Whether the tensors seen during a forward hold only finite values (one pass each).
 
     A NaN or an infinity makes the sum non-finite, so a finite sum proves the
@@ -279,6 +284,7 @@ class _FiniteCache(_TensorMemo):
     """
 
     def finite(self, tensor: torch.Tensor) -> bool:
+        """True when ``tensor`` holds no NaN or infinity (checked now unless cached)."""
         cached = self._get(tensor)
         if cached is not None:
             return cached is True
@@ -433,7 +439,7 @@ def _count_zeros(tensor: torch.Tensor) -> int:
     return tensor.numel() - nonzero
 
 
-def _blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
+def tensor_blocks(tensor: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
     """Views of ``tensor`` with at most ``limit`` elements each, covering it exactly once."""
     if tensor.dim() == 0 or tensor.numel() <= limit:
         yield tensor
@@ -494,3 +500,9 @@ def _blockwise(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> No
             acc.minimum = min(acc.minimum, low_b)
             acc.maximum = max(acc.maximum, high_b)
             acc._add_moments(n_finite * repeat, mean_b, m2_b * repeat)
+
+
+# Names used inside this module before the helpers above became public.
+_SummaryCache = SummaryCache
+_FiniteCache = FiniteCache
+_blocks = tensor_blocks

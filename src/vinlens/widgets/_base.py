@@ -59,212 +59,45 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import anywidget
 import traitlets
 
+from vinlens.widgets._assets import STATIC_DIR, WidgetAsset, widget_asset
 from vinlens.widgets._payload import split_buffers, to_jsonable
+from vinlens.widgets._runtime import (
+    CommandCancelled,
+    CommandContext,
+    CommandError,
+    CommandTask,
+    _Busy,
+    _CommandSpec,
+    command,
+)
 
-STATIC_DIR = Path(__file__).parent / "static"
-
-F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
+__all__ = [
+    "STATIC_DIR",
+    "BrowserSafeState",
+    "CommandCancelled",
+    "CommandContext",
+    "CommandError",
+    "CommandTask",
+    "TableExport",
+    "VinlensWidget",
+    "WidgetAsset",
+    "command",
+    "reject_unknown_kwargs",
+    "widget_asset",
+]
 
 _MAX_ID_LENGTH = 128
 #: Worker threads per widget: exclusive commands take at most one, so quick
 #: non-exclusive ones (a detail listing beside a long scan) still find a thread.
 _WORKERS_PER_WIDGET = 3
-
-
-class CommandError(Exception):
-    """A problem the user should read in the widget's error box (no traceback needed)."""
-
-
-class CommandCancelled(Exception):
-    """Raised inside a handler by :meth:`CommandContext.check_cancelled`."""
-
-
-@dataclass
-class CommandContext:
-    """What a running command can use: progress reports and a cancellation flag."""
-
-    widget: VinlensWidget
-    request_id: str
-    cancel_event: threading.Event = field(default_factory=threading.Event)
-    #: Who started the command: its name for a browser request, else what
-    #: :meth:`VinlensWidget.start_command` was given ("construction", "refresh()").
-    trigger: str = ""
-
-    def progress(self, done: int, total: int) -> None:
-        self.widget._send_message(
-            {"kind": "progress", "id": self.request_id, "done": done, "total": total}
-        )
-        self.check_cancelled()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel_event.is_set()
-
-    def check_cancelled(self) -> None:
-        if self.cancel_event.is_set():
-            raise CommandCancelled("cancelled by the user")
-
-    def call(self, func: Callable[[], T], *, poll_s: float = 0.05) -> T:
-        """Run ``func()`` on a helper thread; return its result or raise at once on cancel.
-
-        For a blocking call that checks for cancellation rarely or never (an engine that
-        only looks between shards). ``func`` must only read: after a cancel its thread
-        winds down in the background and whatever it returns is dropped.
-        """
-        box: dict[str, Any] = {}
-        finished = threading.Event()
-
-        def target() -> None:
-            try:
-                box["result"] = func()
-            except BaseException as exc:  # re-raised on the command's thread
-                box["error"] = exc
-            finally:
-                finished.set()
-
-        name = f"vinlens-call-{self.request_id[:24]}"
-        threading.Thread(target=target, name=name, daemon=True).start()
-        while not finished.wait(poll_s):
-            self.check_cancelled()
-        if "error" in box:
-            raise box["error"]
-        return box["result"]  # type: ignore[no-any-return]
-
-
-class CommandTask:
-    """One command started on a widget: wait for it, cancel it, read how it ended."""
-
-    def __init__(self, name: str, ctx: CommandContext, *, exclusive: bool) -> None:
-        self.name = name
-        self.ctx = ctx
-        self.exclusive = exclusive
-        self._finished = threading.Event()
-        #: The handler's return value (None until it returned).
-        self.result: Any = None
-        #: What the handler raised (a :class:`CommandCancelled` after a cancel), else None.
-        self.exception: BaseException | None = None
-
-    @property
-    def request_id(self) -> str:
-        return self.ctx.request_id
-
-    def done(self) -> bool:
-        return self._finished.is_set()
-
-    def cancel(self) -> None:
-        """Ask the handler to stop at its next progress report or cancellation check."""
-        self.ctx.cancel_event.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Block until the command ended or ``timeout`` passed; True when it ended."""
-        return self._finished.wait(timeout)
-
-    def wait(self, timeout: float | None = None) -> Any:
-        """Block until the command ended; return its result or raise what it raised."""
-        if not self._finished.wait(timeout):
-            raise TimeoutError(f"command {self.name!r} still running after {timeout}s")
-        if self.exception is not None:
-            raise self.exception
-        return self.result
-
-    def _finish(self, result: Any, exception: BaseException | None) -> None:
-        self.result = result
-        self.exception = exception
-        self._finished.set()
-
-
-@dataclass(frozen=True)
-class _CommandSpec:
-    name: str
-    method: str
-    background: bool
-    exclusive: bool
-    busy: str | None
-
-
-class _Busy(Exception):
-    """An exclusive command was asked for while another one runs."""
-
-
-def command(
-    name: str,
-    *,
-    background: bool = False,
-    exclusive: bool = False,
-    busy: str | None = None,
-) -> Callable[[F], F]:
-    """Mark a widget method as the handler of browser command ``name``.
-
-    ``background`` runs it on the widget's own worker thread; ``exclusive`` lets only one
-    exclusive command of the widget run at a time (``busy`` is the refusal's message).
-    See the module docstring.
-    """
-
-    def decorate(func: F) -> F:
-        func.__vinlens_command__ = (name, background, exclusive, busy)  # type: ignore[attr-defined]
-        return func
-
-    return decorate
-
-
-class WidgetAsset:
-    """A built front-end file (``static/<name>``), looked up when a widget is created.
-
-    Importing :mod:`vinlens.widgets` never needs the bundle, so a fresh clone imports
-    (and its engines, CLI and tests run) before ``npm run build``; creating a widget
-    without the bundle is a clear error naming the missing file. The file's contents
-    object is made once per asset and shared by every widget of that class, so with
-    ``ANYWIDGET_HMR=1`` one watcher per file pushes rebuilt code to every live view.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._contents: object | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def path(self) -> Path:
-        return STATIC_DIR / self.name
-
-    def resolve(self) -> object:
-        """What anywidget takes as ``_esm``/``_css``; FileNotFoundError when not built."""
-        with self._lock:
-            if self._contents is None:
-                path = self.path
-                if not path.is_file():
-                    raise FileNotFoundError(
-                        f"vinlens front-end bundle {path} is missing; build it with "
-                        "`npm run build` in the vinlens source tree (scripts/setup.sh does this)"
-                    )
-                self._contents = _file_contents(path)
-            return self._contents
-
-    def __repr__(self) -> str:
-        return f"WidgetAsset({self.name!r})"
-
-
-def _file_contents(path: Path) -> object:
-    """anywidget's own file object (it hot-reloads under ANYWIDGET_HMR=1), else the text."""
-    try:
-        from anywidget._util import try_file_contents
-    except ImportError:  # an anywidget that moved its helper: no hot reload, same code
-        return path.read_text(encoding="utf-8")
-    return try_file_contents(path) or path.read_text(encoding="utf-8")
-
-
-def widget_asset(name: str) -> WidgetAsset:
-    """The built front-end file ``static/<name>``, looked up when a widget is created."""
-    return WidgetAsset(name)
 
 
 def reject_unknown_kwargs(

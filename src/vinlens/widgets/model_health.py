@@ -30,11 +30,11 @@ import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.model_inspection import TensorSummary
+from vinlens.model_inspection import TensorSummary, inspect_model
 from vinlens.widgets._base import CommandContext, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table, to_jsonable
 from vinlens.widgets._selection import ModuleSelection
-from vinlens.widgets.module_table import ModuleTableState, _inspect
+from vinlens.widgets.module_table import ModuleTableState
 
 __all__ = ["ModelHealthWidget", "health_payload"]
 
@@ -198,7 +198,7 @@ class ModelHealthWidget(ModuleTableState, TableExport):
         tree_view: bool = True,
         **kwargs: Any,
     ) -> None:
-        metadata = _inspect(model)
+        metadata = inspect_model(model)
         if run is not None and not callable(run):
             raise TypeError(
                 "run must be a callable run(model) doing one forward pass, got "

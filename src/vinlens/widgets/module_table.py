@@ -21,7 +21,7 @@ import numpy as np
 import traitlets
 from torch import nn
 
-from vinlens.model_inspection import ROOT_PATH
+from vinlens.model_inspection import ModuleTree, inspect_model, module_tree
 from vinlens.widgets._base import BrowserSafeState, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_table
 from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_selection
@@ -29,58 +29,34 @@ from vinlens.widgets._selection import ModuleSelection, SelectionLink, link_sele
 __all__ = ["ModuleTableState", "ModuleTableWidget", "module_table_payload"]
 
 
-def module_table_payload(metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def module_table_payload(
+    metadata: Any, *, tree: ModuleTree | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(table payload, summary) for a ``ModelMetadata`` record.
 
-    Rows keep ``inspect_model`` order, which is ``named_modules`` pre-order, so a module's
-    subtree is the contiguous row range ``[i, subtree_end[i])``; the range is computed
-    here from the paths so the browser never has to trust the order.
-    ``subtree_parameters`` sums ``direct_parameters`` over that range (a parameter
-    registered directly on two modules, as tied weights are, counts under both).
+    The tree rules (parent, depth, subtree range, subtree sums) are the engine's
+    :func:`~vinlens.model_inspection.module_tree`; this only encodes them.
     """
     modules = metadata.modules
     n = len(modules)
-    paths = [m.path for m in modules]
-    index = {path: i for i, path in enumerate(paths)}
-    root = index.get(ROOT_PATH, -1)
-    parent = np.full(n, -1, dtype=np.int32)
-    depth = np.zeros(n, dtype=np.int32)
-    for i, path in enumerate(paths):
-        if path == ROOT_PATH:
-            continue
-        head, dot, _ = path.rpartition(".")
-        parent[i] = index.get(head, root) if dot else root
-        depth[i] = path.count(".") + (1 if root >= 0 else 0)
-    subtree_end = np.arange(1, n + 1, dtype=np.int32)
-    open_rows: list[int] = []  # ancestors of the current row, innermost last
-    for i in range(n):
-        while open_rows and open_rows[-1] != parent[i]:
-            subtree_end[open_rows.pop()] = i
-        open_rows.append(i)
-    for i in open_rows:
-        subtree_end[i] = n
-    direct = np.fromiter((m.direct_parameters for m in modules), np.int64, n)
-    # A subtree is a contiguous row range, so its total is a difference of prefix sums.
-    prefix = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(direct, out=prefix[1:])
-    subtree_parameters = prefix[subtree_end] - prefix[:n]
+    tree = module_tree(metadata) if tree is None else tree
     types = sorted({m.module_type for m in modules})
     type_code = {name: code for code, name in enumerate(types)}
     table = encode_table(
         {
-            "path": paths,
+            "path": list(tree.paths),
             "type": np.fromiter((type_code[m.module_type] for m in modules), np.int32, n),
             # int64 counts cross as int32 when they fit, else float64 (see _payload)
-            "direct_parameters": direct,
-            "subtree_parameters": subtree_parameters,
+            "direct_parameters": np.fromiter((m.direct_parameters for m in modules), np.int64, n),
+            "subtree_parameters": np.asarray(tree.subtree_parameters, dtype=np.int64),
             "trainable_parameters": np.fromiter(
                 (m.trainable_parameters for m in modules), np.int64, n
             ),
             "direct_buffers": np.fromiter((m.direct_buffers for m in modules), np.int64, n),
             "training": np.fromiter((m.training for m in modules), np.bool_, n),
-            "parent": parent,
-            "depth": depth,
-            "subtree_end": subtree_end,
+            "parent": np.asarray(tree.parent, dtype=np.int32),
+            "depth": np.asarray(tree.depth, dtype=np.int32),
+            "subtree_end": np.asarray(tree.subtree_end, dtype=np.int32),
         }
     )
     summary = {
@@ -121,7 +97,8 @@ class ModuleTableState(BrowserSafeState):
     def _set_metadata(self, metadata: Any, *, send_table: bool = True) -> None:
         self._metadata = metadata
         self._path_index: dict[str, int] = {m.path: i for i, m in enumerate(metadata.modules)}
-        table, summary = module_table_payload(metadata) if send_table else ({}, {})
+        self._tree: ModuleTree = module_tree(metadata)
+        table, summary = module_table_payload(metadata, tree=self._tree) if send_table else ({}, {})
         with self.hold_sync():
             self.model_summary = summary  # before the table: the browser reads both on change
             self.modules = table
@@ -144,11 +121,7 @@ class ModuleTableState(BrowserSafeState):
         """``path`` and every module registered below it, in table order."""
         if path not in self._path_index:
             raise KeyError(_unknown_paths_message([path], self._path_index))
-        start = self._path_index[path]
-        if path == ROOT_PATH:
-            return list(self._path_index)
-        prefix = path + "."
-        return [path] + [p for p in list(self._path_index)[start + 1 :] if p.startswith(prefix)]
+        return list(self._tree.subtree_paths(path))
 
     def select_subtree(self, path: str) -> None:
         """Add ``path`` and all modules below it to :attr:`selected_paths`."""
@@ -164,16 +137,6 @@ def _unknown_paths_message(rejected: Sequence[Any], index: Mapping[str, int]) ->
         if close:
             message += f" (did you mean {', '.join(repr(c) for c in close)}?)"
     return message
-
-
-def _inspect(model: nn.Module) -> Any:
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__qualname__}"
-        )
-    from vinlens.model_inspection import inspect_model
-
-    return inspect_model(model)
 
 
 class ModuleTableWidget(ModuleTableState, TableExport):
@@ -198,7 +161,7 @@ class ModuleTableWidget(ModuleTableState, TableExport):
         selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
-        metadata = _inspect(model)
+        metadata = inspect_model(model)
         super().__init__(tree_view=tree_view, **kwargs)
         self.model = model
         self._set_metadata(metadata)
@@ -212,7 +175,7 @@ class ModuleTableWidget(ModuleTableState, TableExport):
 
     def refresh(self) -> None:
         """Re-inspect the model (training flags, parameters) and update the table."""
-        self._set_metadata(_inspect(self.model))
+        self._set_metadata(inspect_model(self.model))
         self.error = ""
         self.status = "idle"
 

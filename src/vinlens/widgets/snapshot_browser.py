@@ -25,6 +25,7 @@ import numpy as np
 import traitlets
 from torch import nn
 
+from vinlens.model_inspection import inspect_model
 from vinlens.widgets._base import BrowserSafeState, CommandError, TableExport, command, widget_asset
 from vinlens.widgets._payload import encode_array, encode_table
 from vinlens.widgets._selection import ModuleSelection
@@ -32,7 +33,6 @@ from vinlens.widgets.model_health import summary_columns
 from vinlens.widgets.module_table import (
     ModuleTableState,
     ModuleTableWidget,
-    _inspect,
     _unknown_paths_message,
 )
 
@@ -250,7 +250,7 @@ class SnapshotBrowserWidget(SnapshotView, ModuleTableState):
         selection: ModuleSelection | None = None,
         **kwargs: Any,
     ) -> None:
-        metadata = _inspect(model)
+        metadata = inspect_model(model)
         if not callable(run):
             raise TypeError(
                 f"run must be a zero-argument callable doing a forward pass, "

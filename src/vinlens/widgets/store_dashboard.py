@@ -20,13 +20,12 @@ Histograms: the kernel sends the engine's sampled values as float32 arrays and t
 bins them; the bin count is a view choice the user changes without a kernel round trip,
 and the engine already bounds every value list (``MAX_HISTOGRAM_VALUES``), so the
 payload stays small even with ``max_samples=None``. Every summary number (count, min,
-mean, max, Pearson r of the pairs) is computed in the kernel.
+mean, max, Pearson r of the pairs) comes from the engine.
 """
 
 from __future__ import annotations
 
 import io
-import itertools
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
@@ -44,7 +43,8 @@ from vinlens.store.diagnostics import (
     check_max_samples,
     dashboard_problems,
     inspect_vin_offline_dataset_stats_with_progress,
-    pearson_r,
+    rri_component_correlations,
+    rri_pair_arrays,
 )
 from vinlens.store.format import (
     StoreNotFoundError,
@@ -120,21 +120,14 @@ def _float_array(values: Sequence[float] | np.ndarray, dtype: type[np.floating[A
     return np.fromiter(values, dtype=dtype, count=len(values))
 
 
-def _pairs_arrays(pairs: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """(rri, component) arrays of one component's identity-aligned ``(rri, value)`` pairs."""
-    if not set(map(len, pairs)) <= {2}:
-        raise ValueError("RRI pairs must be (rri, value) tuples")
-    flat = itertools.chain.from_iterable(pairs)
-    arr = np.fromiter(flat, dtype=np.float64, count=2 * len(pairs)).reshape(-1, 2)
-    return arr[:, 0], arr[:, 1]
-
-
-def _pair_node(name: str, pairs: Sequence[tuple[float, float]]) -> dict[str, Any]:
-    rri, value = _pairs_arrays(pairs)
+def _pair_node(
+    name: str, pairs: Sequence[tuple[float, float]], pearson: float | None
+) -> dict[str, Any]:
+    rri, value = rri_pair_arrays(pairs, name=name)
     return {
         "name": name,
         "count": int(rri.size),
-        "pearson": _opt_float(pearson_r(value, rri)),
+        "pearson": _opt_float(pearson),
         "rri": encode_array(rri.astype(np.float32)),
         "value": encode_array(value.astype(np.float32)),
     }
@@ -204,7 +197,8 @@ def dashboard_payload(
     unpaired_count = max(stats.rri_pairing_unavailable_count, len(unpaired))
     pairs = {
         "components": [
-            _pair_node(name, value) for name, value in sorted(stats.rri_component_pairs.items())
+            _pair_node(c.name, stats.rri_component_pairs[c.name], c.pearson)
+            for c in rri_component_correlations(stats)
         ],
         "unpaired_count": unpaired_count,
         "unpaired_examples": [str(k) for k in unpaired[:MAX_UNPAIRED_EXAMPLES]],

@@ -84,7 +84,13 @@ from vinlens.store.diagnostics.acquire import (
     inspect_vin_offline_dataset_stats_with_progress,
     run_shard_task,
 )
-from vinlens.store.diagnostics.problems import PROBLEM_SEVERITIES, dashboard_problems, pearson_r
+from vinlens.store.diagnostics.correlation import (
+    RriPairCorrelation,
+    pearson_r,
+    rri_component_correlations,
+    rri_pair_arrays,
+)
+from vinlens.store.diagnostics.problems import PROBLEM_SEVERITIES, dashboard_problems
 from vinlens.store.diagnostics.records import (
     MAX_HISTOGRAM_VALUES,
     MAX_LISTED_SAMPLE_KEYS,
@@ -113,6 +119,7 @@ __all__ = [
     "PROBLEM_SEVERITIES",
     "SELECTION_RUN_LENGTH",
     "NumericSummary",
+    "RriPairCorrelation",
     "ShardTask",
     "StatsPartial",
     "StoreIntegrityProblem",
@@ -136,6 +143,8 @@ __all__ = [
     "inspect_vin_offline_dataset_stats",
     "inspect_vin_offline_dataset_stats_with_progress",
     "pearson_r",
+    "rri_component_correlations",
+    "rri_pair_arrays",
     "run_shard_task",
     "select_vin_offline_sample_indices",
 ]

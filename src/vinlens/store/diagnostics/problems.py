@@ -1,4 +1,4 @@
-"""What a user should not overlook in a store's statistics, ranked by severity; Pearson r.
+"""What a user should not overlook in a store's statistics, ranked by severity.
 
 The CLI, the dashboard and any other front end show the list :func:`dashboard_problems`
 returns, so they agree on what is an error, a warning or a notice.
@@ -6,12 +6,10 @@ returns, so they agree on what is an error, a warning or a notice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
+from vinlens.store.diagnostics.correlation import pearson_r
 from vinlens.store.diagnostics.records import VinOfflineDatasetStats
 
+# pearson_r lives in correlation; it stays importable from here as before.
 __all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r"]
 
 #: Severities, most severe first.
@@ -74,14 +72,3 @@ def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
         )
     order = {severity: i for i, severity in enumerate(PROBLEM_SEVERITIES)}
     return sorted(problems, key=lambda p: order[p["severity"]])
-
-
-def pearson_r(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
-    """Pearson's correlation of two equally long series; ``None`` below 2 values or without spread."""
-    a = np.asarray(x, dtype=np.float64).reshape(-1)
-    b = np.asarray(y, dtype=np.float64).reshape(-1)
-    if a.size != b.size:
-        raise ValueError(f"pearson_r needs equally long series, got {a.size} and {b.size}")
-    if a.size < 2 or float(np.std(a)) == 0.0 or float(np.std(b)) == 0.0:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])

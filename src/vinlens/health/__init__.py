@@ -1,0 +1,40 @@
+"""Model health: where the first NaN appeared, what differs between two models, and
+activation statistics over many batches.
+
+Everything here observes the caller's own forward through module hooks that return
+``None`` (outputs are never changed), registered through :mod:`vinlens.hooks` and
+removed on every exit path, including exceptions raised by the forward. Tensor
+statistics are :class:`~vinlens.model_inspection.TensorSummary` records computed on the
+tensors' own device (see :mod:`vinlens.model_inspection.summary` for their cost); no
+activation is copied to the host.
+
+* :func:`find_nonfinite_origin`: the first module call whose inputs were finite
+  and whose output is not (:mod:`vinlens.health.origin`).
+* :func:`compare_models`: per-module drift between two models run on the same
+  input, in lockstep, so that no activation is retained (:mod:`vinlens.health.diff`).
+* :func:`collect_activation_stats`: per-module summaries streamed over batches
+  in mergeable accumulators (:mod:`vinlens.health.stats`).
+
+Shared records and helpers live in :mod:`vinlens.health.summaries`.
+"""
+
+from __future__ import annotations
+
+from vinlens.health.diff import ModelDiff, ModuleDiff, compare_models
+from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
+from vinlens.health.stats import ActivationAccumulator, ActivationStats, collect_activation_stats
+from vinlens.health.summaries import TensorTrace
+from vinlens.model_inspection import TensorSummary
+
+__all__ = [
+    "ActivationAccumulator",
+    "ActivationStats",
+    "ModelDiff",
+    "ModuleDiff",
+    "NonFiniteOrigin",
+    "TensorSummary",
+    "TensorTrace",
+    "collect_activation_stats",
+    "compare_models",
+    "find_nonfinite_origin",
+]

@@ -1,0 +1,419 @@
+"""Model diff: per-module drift between two models driven on the same input, in lockstep."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from vinlens.health.summaries import (
+    check_callable,
+    check_model,
+    floating_tensors,
+    labelled_modules,
+)
+from vinlens.hooks import HookSet
+from vinlens.model_inspection import SummaryAccumulator, TensorSummary
+from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
+
+__all__ = ["ModelDiff", "ModuleDiff", "compare_models"]
+
+
+@dataclass(frozen=True)
+class ModuleDiff:
+    """Difference between the outputs of one paired module call in two models.
+
+    Metrics treat the call's floating output tensors as one vector. Positions where
+    both outputs hold the same value (NaN included) differ by zero.
+
+    Attributes:
+        module_path: Registered path, the same in both models.
+        call_index: Zero-based invocation index of the path within the forward.
+        max_abs_diff: Largest ``|a - b|``; NaN when one side is NaN where the other is not.
+        relative_l2: ``||a - b|| / ||a||`` (0 when both are zero, inf when only ``a`` is).
+        cosine: Cosine similarity of ``a`` and ``b`` (1 when both are zero).
+        summary_a: Statistics of model A's output.
+        summary_b: Statistics of model B's output.
+    """
+
+    module_path: str
+    call_index: int
+    max_abs_diff: float
+    relative_l2: float
+    cosine: float
+    summary_a: TensorSummary
+    summary_b: TensorSummary
+
+
+@dataclass(frozen=True)
+class ModelDiff:
+    """Per-module drift between two models driven on the same input.
+
+    Attributes:
+        modules: Paired module calls in execution order (order of their return).
+        unpaired_paths: Paths registered in only one of the two models (never compared).
+    """
+
+    modules: tuple[ModuleDiff, ...]
+    unpaired_paths: tuple[str, ...] = ()
+
+    def first_divergent_path(self, rtol: float = 1e-5) -> str | None:
+        """The first module (execution order) whose output differs beyond ``rtol``.
+
+        A call diverges when ``relative_l2 > rtol`` or when its relative error is not a
+        number (NaN on one side only). None when every paired output agrees.
+        """
+        if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not rtol >= 0:
+            raise ValueError(f"rtol must be a non-negative number, got {rtol!r}")
+        for module in self.modules:
+            if not module.relative_l2 <= rtol:
+                return module.module_path
+        return None
+
+
+class _Abort(BaseException):
+    """Unwinds the other model's forward once one side failed or went out of step."""
+
+
+class _Lockstep:
+    """Rendezvous of the two forwards at every paired module return.
+
+    Model A's hook parks its output and waits; model B's hook, at the same
+    module call, compares both outputs while A is parked, then lets A go on.
+    So at most one pair of outputs is referenced by the comparison at a time,
+    and nothing is copied or retained between calls.
+    """
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.parked: tuple[tuple[str, int], Any] | None = None
+        self.done_a = False
+        self.done_b = False
+        self.failure: str | None = None
+        self.diffs: list[ModuleDiff] = []
+
+    def fail(self, message: str) -> None:
+        with self.condition:
+            if self.failure is None:
+                self.failure = message
+            self.condition.notify_all()
+
+    def arrive_a(self, key: tuple[str, int], output: Any) -> None:
+        with self.condition:
+            self._wait(lambda: self.parked is None)
+            self.parked = (key, output)
+            self.condition.notify_all()
+            self._wait(lambda: self.parked is None or self.done_b)
+            if self.parked is not None:
+                self.failure = (
+                    f"model A returned from {key[0]!r} (call {key[1]}) after model B's forward "
+                    "had finished: the two forwards do not run the same module calls"
+                )
+                self.parked = None
+                self.condition.notify_all()
+                raise _Abort
+
+    def arrive_b(self, key: tuple[str, int], output: Any) -> None:
+        with self.condition:
+            self._wait(lambda: self.parked is not None or self.done_a)
+            if self.parked is None:
+                self.failure = (
+                    f"model B called {key[0]!r} (call {key[1]}) after model A's forward had "
+                    "finished: the two forwards do not run the same module calls"
+                )
+                self.condition.notify_all()
+                raise _Abort
+            parked_key, output_a = self.parked
+            if parked_key != key:
+                self.failure = (
+                    f"the forwards went out of step: model A returned from {parked_key[0]!r} "
+                    f"(call {parked_key[1]}) where model B returned from {key[0]!r} (call "
+                    f"{key[1]}); compare_models needs the same module calls in the same order"
+                )
+                self.condition.notify_all()
+                raise _Abort
+        try:
+            self.diffs.append(_module_diff(key[0], key[1], output_a, output))
+        except BaseException as error:
+            self.fail(f"comparing {key[0]!r} (call {key[1]}) failed: {error}")
+            raise _Abort from error
+        finally:
+            with self.condition:
+                self.parked = None
+                self.condition.notify_all()
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            if self.failure is not None:
+                raise _Abort
+            self.condition.wait()
+        if self.failure is not None:
+            raise _Abort
+
+
+def compare_models(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    run: Callable[[nn.Module], object],
+    module_paths: Sequence[str] | None = None,
+) -> ModelDiff:
+    """Compare two models module by module on the same input.
+
+    ``run(model)`` drives one forward (for example ``lambda m: m(batch)``); it is
+    called once for each model. Modules are paired by registered path, calls by
+    their per-path index; both forwards must make the same paired calls in the
+    same order (two checkpoints of one architecture, or a model before and after
+    an edit), otherwise a ``ValueError`` names where they went out of step.
+
+    Memory budget: the two forwards run in lockstep rather than one after the
+    other. Model A's forward runs in the calling thread and model B's in a
+    worker thread; at each paired module return the first model waits until the
+    other reaches the same call, the two live outputs are compared, and both go
+    on. No activation is copied or kept, so the extra memory is the comparison's
+    float64 blocks (at most 3 x :data:`~vinlens.model_inspection.summary.BLOCK_ELEMENTS`
+    x 8 bytes, 24 MiB) plus one small record per paired call, whatever the size
+    of the models; the forwards themselves hold what they would hold when run
+    alone, both at once. Gradient and inference modes, the torch thread count and
+    the current CUDA device of the calling thread apply to both forwards; enter
+    any autocast inside ``run``.
+
+    Args:
+        model_a: Reference model (``relative_l2`` divides by its output's norm).
+        model_b: Model compared against it; may be ``model_a`` itself.
+        run: Callable that takes a model and drives its forward on the shared input.
+        module_paths: Paths to compare, or None for every path registered in both models.
+
+    Returns:
+        The per-call differences in execution order (the order calls return).
+
+    Raises:
+        TypeError: a model is not a module or ``run`` is not callable.
+        ValueError: an unknown path, or forwards that do not make the same calls.
+        Exception: whatever ``run`` raises, after every hook is removed.
+    """
+    check_model(model_a, "model_a")
+    check_model(model_b, "model_b")
+    check_callable(run, "takes a model and drives its forward")
+    paths_a = dict(labelled_modules(model_a, None))
+    paths_b = dict(labelled_modules(model_b, None))
+    if module_paths is None:
+        paired = [path for path in paths_a if path in paths_b]
+    else:
+        wanted = [label for label, _ in labelled_modules(model_a, module_paths)]
+        missing = [path for path in wanted if path not in paths_b]
+        if missing:
+            raise ValueError(
+                f"module path(s) {', '.join(repr(p) for p in missing)} exist in model_a "
+                "but not in model_b"
+            )
+        paired = wanted
+    unpaired = tuple(
+        [p for p in paths_a if p not in paths_b] + [p for p in paths_b if p not in paths_a]
+    )
+    step = _Lockstep()
+    counts: dict[tuple[str, str], int] = {}
+    thread_a = threading.get_ident()
+    grad_enabled = torch.is_grad_enabled()
+    inference = torch.is_inference_mode_enabled()
+    # OpenMP thread counts are per thread: a new thread would otherwise use every core.
+    threads = torch.get_num_threads()
+    # So is the current CUDA device: model B's run must see the caller's.
+    cuda_device = (
+        torch.cuda.current_device()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
+
+    def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
+        arrive = step.arrive_a if side == "a" else step.arrive_b
+
+        def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+            # The same model passed twice carries both sides' hooks: keep the caller's.
+            if (threading.get_ident() == thread_a) != (side == "a"):
+                return
+            key = (side, label)
+            index = counts.get(key, 0)
+            counts[key] = index + 1
+            arrive((label, index), output)
+
+        return post
+
+    def run_b() -> None:
+        try:
+            torch.set_num_threads(threads)
+            if cuda_device is not None:
+                torch.cuda.set_device(cuda_device)
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
+                run(model_b)
+        except _Abort:
+            return
+        except BaseException as error:
+            failure_b.append(error)
+            step.fail(f"run(model_b) raised {type(error).__name__}: {error}")
+            return
+        with step.condition:
+            step.done_b = True
+            step.condition.notify_all()
+
+    failure_b: list[BaseException] = []
+    targets_a = [(path, paths_a[path]) for path in paired]
+    targets_b = [(path, paths_b[path]) for path in paired]
+    worker = threading.Thread(target=run_b, name="vinlens-compare-model-b", daemon=True)
+    with HookSet() as hooks:
+        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=False)
+        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=False)
+        try:
+            worker.start()
+            try:
+                run(model_a)
+            except _Abort:
+                pass
+            finally:
+                with step.condition:
+                    step.done_a = True
+                    step.condition.notify_all()
+        except BaseException:
+            step.fail("model A's forward stopped")
+            worker.join()
+            raise
+        worker.join()
+    if failure_b:
+        raise failure_b[0]
+    if step.failure is not None:
+        raise ValueError(step.failure)
+    return ModelDiff(modules=tuple(step.diffs), unpaired_paths=unpaired)
+
+
+def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleDiff:
+    tensors_a = list(floating_tensors(output_a, "output"))
+    tensors_b = list(floating_tensors(output_b, "output"))
+    layout_a = [(p, tuple(t.shape)) for p, t in tensors_a]
+    layout_b = [(p, tuple(t.shape)) for p, t in tensors_b]
+    if layout_a != layout_b:
+        raise ValueError(
+            f"outputs of {path!r} differ in structure or shape: {layout_a} vs {layout_b}"
+        )
+    summary_a, summary_b = SummaryAccumulator(), SummaryAccumulator()
+    max_abs = 0.0
+    diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
+    for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
+        finite_before = summary_a.finite + summary_b.finite
+        summary_a.update(a)
+        summary_b.update(b)
+        all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
+        pairs = _finite_pair_moments if all_finite else _pair_moments
+        for block_max, block_diff, block_a, block_b, block_dot in pairs(a, b):
+            max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
+            diff_sq += block_diff
+            norm_a_sq += block_a
+            norm_b_sq += block_b
+            dot += block_dot
+            if math.isnan(max_abs):
+                break
+    if diff_sq == 0.0:
+        relative = 0.0
+    elif norm_a_sq == 0.0:
+        relative = math.inf
+    else:
+        relative = math.sqrt(diff_sq) / math.sqrt(norm_a_sq)
+    if math.isnan(max_abs):
+        relative = math.nan
+    if norm_a_sq == 0.0 and norm_b_sq == 0.0:
+        cosine = 1.0
+    elif norm_a_sq == 0.0 or norm_b_sq == 0.0:
+        cosine = 0.0
+    else:
+        cosine = dot / (math.sqrt(norm_a_sq) * math.sqrt(norm_b_sq))
+    return ModuleDiff(
+        module_path=path,
+        call_index=index,
+        max_abs_diff=max_abs,
+        relative_l2=relative,
+        cosine=cosine,
+        summary_a=summary_a.finish(),
+        summary_b=summary_b.finish(),
+    )
+
+
+def _finite_pair_moments(
+    a: torch.Tensor, b: torch.Tensor
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """:func:`_pair_moments` for two all-finite outputs: reductions in the source dtype.
+
+    One temporary per block (the difference); norms and products are dot products
+    of the blocks themselves, accumulated by the backend in the source precision.
+    """
+    a = a.detach()
+    b = b.detach()
+    if a.device != b.device:
+        b = b.to(a.device)
+    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
+        yield from _pair_moments(a, b)
+        return
+    rows: list[torch.Tensor] = []
+    for block_a, block_b in zip(
+        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
+    ):
+        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
+        flat_b = block_b.reshape(-1)
+        delta = flat_a - flat_b
+        rows.append(
+            torch.stack(
+                [
+                    torch.maximum(delta.amax(), -delta.amin()) if delta.numel() else delta.sum(),
+                    torch.dot(delta, delta),
+                    torch.dot(flat_a, flat_a),
+                    torch.dot(flat_b, flat_b),
+                    torch.dot(flat_a, flat_b),
+                ]
+            ).to(torch.float64)
+        )
+    if not rows:
+        return
+    for row in torch.stack(rows).tolist():
+        yield row[0], row[1], row[2], row[3], row[4]
+
+
+def _pair_moments(
+    a: torch.Tensor, b: torch.Tensor
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, <a,b>) per bounded float64 block pair.
+
+    Equal values (NaN and infinities included) differ by zero; non-finite values
+    are left out of norms and products so one infinity does not hide the rest.
+    """
+    a = a.detach()
+    b = b.detach()
+    if a.device != b.device:
+        b = b.to(a.device)
+    f64 = torch.float64
+    rows: list[torch.Tensor] = []
+    for block_a, block_b in zip(
+        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
+    ):
+        wide_a = block_a.to(f64)
+        wide_b = block_b.to(f64)
+        same = (wide_a == wide_b) | (torch.isnan(wide_a) & torch.isnan(wide_b))
+        delta = torch.where(same, 0.0, wide_a - wide_b).abs()
+        finite_a = torch.where(torch.isfinite(wide_a), wide_a, 0.0)
+        finite_b = torch.where(torch.isfinite(wide_b), wide_b, 0.0)
+        rows.append(
+            torch.stack(
+                [
+                    delta.amax() if delta.numel() else delta.new_zeros(()),
+                    torch.where(torch.isfinite(delta), delta, 0.0).square().sum(),
+                    finite_a.square().sum(),
+                    finite_b.square().sum(),
+                    (finite_a * finite_b).sum(),
+                ]
+            )
+        )
+    if not rows:
+        return
+    for row in torch.stack(rows).tolist():
+        yield row[0], row[1], row[2], row[3], row[4]

@@ -1,0 +1,167 @@
+"""Forward origin: the first module call whose inputs were finite and whose output is not."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from vinlens.health.summaries import (
+    Found,
+    TensorTrace,
+    check_callable,
+    check_model,
+    floating_tensors,
+    input_tensors,
+    labelled_modules,
+    tensor_traces,
+)
+from vinlens.hooks import CallPairing, HookSet
+from vinlens.model_inspection.summary import FiniteCache, SummaryCache
+
+__all__ = ["NonFiniteOrigin", "find_nonfinite_origin"]
+
+_Call = tuple[str, int, tuple[TensorTrace, ...], tuple[TensorTrace, ...], bool | None]
+
+
+@dataclass(frozen=True)
+class NonFiniteOrigin:
+    """Where NaN or Inf values first appeared in one forward.
+
+    Attributes:
+        module_path: Registered path of the module call that produced them (``"<root>"``
+            for the model itself).
+        call_index: Zero-based invocation index of that path within the forward.
+        inputs: The call's floating inputs, summarized before the call ran.
+        outputs: The call's floating outputs, summarized when it returned.
+        propagated_to: Paths of the other module calls that returned NaN or Inf, in
+            execution order, each path once: the modules it spread to (including calls
+            nested inside the origin that its own code fed, and the modules enclosing it).
+        input_nonfinite: True when no module produced the values: the origin's inputs
+            already held NaN or Inf (the model's own input, or code between modules),
+            and the origin is the first module call that received them.
+        inputs_modified_in_place: The origin's inputs are summarized when it returns
+            (summarizing every call's inputs in advance would cost a full summary per
+            tensor); True when the call changed one of them in place, so ``inputs``
+            describe the changed values (they were finite before the call unless
+            ``input_nonfinite``), None when that cannot be told (inference-mode tensors
+            carry no version counter). False for ``input_nonfinite`` origins, whose
+            inputs are summarized before the call.
+    """
+
+    module_path: str
+    call_index: int
+    inputs: tuple[TensorTrace, ...]
+    outputs: tuple[TensorTrace, ...]
+    propagated_to: tuple[str, ...]
+    input_nonfinite: bool
+    inputs_modified_in_place: bool | None = False
+
+
+def _versions(tensors: Found) -> tuple[int, ...] | None:
+    """Version counters of ``tensors``; None when one has none (an inference tensor)."""
+    if any(tensor.is_inference() for _, tensor in tensors):
+        return None
+    return tuple(tensor._version for _, tensor in tensors)
+
+
+def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFiniteOrigin | None:
+    """Run the forward once and report the module call where NaN or Inf first appeared.
+
+    Every registered module is hooked. Before each module call its floating inputs
+    are checked for NaN and Inf, and when it returns its floating outputs, on the
+    tensors' device (one reduction per tensor; a tensor shared as one module's
+    output and the next one's input is checked once). The origin is the first
+    call, in order of return, whose inputs were all finite and whose output is
+    not: a ``log`` of a negative value in module ``k`` is reported as ``k``, not
+    as the modules that merely passed the NaN on. When no such call exists but a
+    call received non-finite inputs, the first such call is reported with
+    ``input_nonfinite=True``.
+
+    Only the reported call is summarized, so a finite forward costs one check per
+    tensor. The origin's inputs are summarized when it returns: a module that
+    modified them in place (``x.log_()``) leaves its changed values there, which
+    ``inputs_modified_in_place`` says (see :class:`NonFiniteOrigin`). The inputs of
+    a call that received non-finite values are summarized before it runs.
+
+    Args:
+        model: Constructed model whose registered modules are observed.
+        run: Callable of no arguments that drives the forward (for example
+            ``lambda: model(batch)``). Its return value is ignored.
+
+    Returns:
+        The origin, or None when every module call stayed finite.
+
+    Raises:
+        TypeError: ``model`` is not a module or ``run`` is not callable.
+        Exception: whatever ``run`` raises, after the hooks are removed.
+    """
+    check_model(model)
+    check_callable(run, "takes no arguments and drives the forward")
+    checks = FiniteCache()
+    cache = SummaryCache()
+    # Calls in flight, per thread, with their inputs, their versions and whether they
+    # were all finite.
+    calls: CallPairing[tuple[Found, tuple[int, ...] | None, bool]] = CallPairing()
+    # (path, call index, inputs, outputs, inputs modified in place) of the true origin and
+    # of the first call that received non-finite inputs (its outputs are filled in when
+    # it returns).
+    origin: list[_Call] = []
+    tainted: list[_Call] = []
+    propagated: dict[str, None] = {}
+    lock = threading.Lock()
+
+    def pre(label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        inputs = input_tensors(args, kwargs)
+        finite = all(checks.finite(tensor) for _, tensor in inputs)
+        index = calls.begin(label, args, (inputs, _versions(inputs), finite))
+        if not finite:
+            with lock:
+                if not tainted:
+                    tainted.append((label, index, tensor_traces(cache, inputs), (), False))
+
+    def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+        call = calls.end(label, args)
+        if call is None:
+            return
+        index, (inputs, versions, finite_inputs) = call
+        outputs = list(floating_tensors(output, "output"))
+        finite = all(checks.finite(tensor) for _, tensor in outputs)
+        with lock:
+            if tainted and tainted[0][:2] == (label, index):
+                tainted[0] = (label, index, tainted[0][2], tensor_traces(cache, outputs), False)
+            if finite:
+                return
+            if not origin and finite_inputs:
+                now = _versions(inputs)
+                modified = None if versions is None or now is None else now != versions
+                origin.append(
+                    (
+                        label,
+                        index,
+                        tensor_traces(cache, inputs),
+                        tensor_traces(cache, outputs),
+                        modified,
+                    )
+                )
+            else:
+                propagated.setdefault(label, None)
+
+    targets = labelled_modules(model, None)
+    try:
+        with HookSet() as hooks:
+            hooks.hook_modules(targets, pre, post)
+            run()
+    finally:
+        calls.clear()  # calls that never returned must not keep their inputs alive
+    found, input_nonfinite = (
+        (origin[0], False) if origin else (tainted[0], True) if tainted else (None, False)
+    )
+    if found is None:
+        return None
+    label, index, inputs, outputs, modified = found
+    spread = tuple(path for path in propagated if path != label)
+    return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite, modified)
