@@ -22,7 +22,8 @@ Format (:mod:`vinlens.store.format`)
     constants ``MANIFEST_FILE, SAMPLE_INDEX_FILE, BACKBONE_PREFIX ("backbone."),
     RRI_COMPONENT_PREFIX ("rri_components."), STORE_FORMAT, SUPPORTED_VERSIONS``,
     path helpers ``shard_dir(id)``, ``arrays_dir(id)``, ``record_paths(id, block) -> (msgpack, offsets)``.
-    Errors (all subclass ``VinOfflineStoreError(ValueError)`` with ``.path``, ``.location``,
+    Errors (defined in :mod:`vinlens.store.errors`, one hierarchy under ``VinlensStoreError``;
+    the contract errors subclass ``VinOfflineStoreError(ValueError)`` with ``.path``, ``.location``,
     ``.expected``; the message names file, line/field and expectation):
     ``StoreNotFoundError`` (also FileNotFoundError), ``ManifestError``,
     ``UnsupportedFormatError`` (a ManifestError), ``SampleIndexError``, ``MissingShardError``,
@@ -109,6 +110,7 @@ from vinlens.store.access import (
     StoreAccessError,
     open_store_access,
 )
+from vinlens.store.errors import VinlensStoreError
 from vinlens.store.format import (
     BlockKind,
     BlockMismatchError,
@@ -176,6 +178,7 @@ __all__ = [
     "VinOfflineStoreConfig",
     "VinOfflineStoreError",
     "VinOfflineStoreReader",
+    "VinlensStoreError",
     "capture_store_generation",
     "open_store_access",
     "open_vin_offline_store",
