@@ -29,6 +29,7 @@ MODULES = (
     "vinlens.attribution.explain",
     "vinlens.attribution.flatness",
     "vinlens.attribution.aggregate",
+    "vinlens.store.errors",
     "vinlens.store.format",
     "vinlens.store.access",
     "vinlens.store.reader",
@@ -77,11 +78,17 @@ def _describe(name: str, obj: object) -> list[str]:
         if dataclasses.is_dataclass(obj):
             fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(obj))
             lines += [f"Fields: {fields}.", ""]
-        methods = [
-            m
-            for m, v in vars(obj).items()
-            if not m.startswith("_") and (inspect.isfunction(v) or isinstance(v, property))
-        ]
+        # Members defined on the class or on a vinlens base it is assembled from (the store
+        # reader's parts); members of third-party bases (pydantic, anywidget) are not ours.
+        own = [c for c in obj.__mro__ if c.__module__.startswith("vinlens")] or [obj]
+        methods = sorted(
+            {
+                m
+                for c in own
+                for m, v in vars(c).items()
+                if not m.startswith("_") and (inspect.isfunction(v) or isinstance(v, property))
+            }
+        )
         if methods:
             lines += ["Members: " + ", ".join(f"`{m}`" for m in sorted(methods)) + ".", ""]
         return lines

@@ -33,7 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
-from vinlens.store.format import DirectoryInsteadOfFileError, SpecialFileError, is_url
+from vinlens.store.errors import DirectoryInsteadOfFileError, SpecialFileError, StoreAccessError
+from vinlens.store.format import is_url
 
 __all__ = [
     "DEFAULT_S3_OPTIONS",
@@ -93,10 +94,6 @@ class FileStat:
             device=int(st.st_dev),
             inode=int(st.st_ino),
         )
-
-
-class StoreAccessError(OSError):
-    """A location could not be reached (network, credentials, permissions); names the URL."""
 
 
 def _file_kind(mode: int) -> str:

@@ -2,7 +2,8 @@
 
 Everything a reader, writer or diagnostic needs to know about *what* is stored lives here:
 the manifest, its shards and blocks, one ``sample_index.jsonl`` row, the block names and
-dtypes the spec fixes, and the errors raised when a store breaks the contract. *How* files
+dtypes the spec fixes, and (re-exported from :mod:`vinlens.store.errors`) the errors raised when a store breaks
+the contract. *How* files
 are reached is :mod:`vinlens.store.access`; *reading* them is :mod:`vinlens.store.reader`.
 
 Errors name the file, the line or field, and what was expected, because a store is usually
@@ -29,6 +30,26 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_validator,
+)
+
+from vinlens.store.errors import (
+    BlockMismatchError,
+    CorruptChunkError,
+    CorruptRecordError,
+    DirectoryInsteadOfFileError,
+    InvalidSampleError,
+    ManifestError,
+    MissingBlockError,
+    MissingChunksError,
+    MissingShardError,
+    SampleIndexError,
+    SpecialFileError,
+    StoreExistsError,
+    StoreNotFoundError,
+    StoreReplacedError,
+    StoreVerificationError,
+    UnsupportedFormatError,
+    VinOfflineStoreError,
 )
 
 __all__ = [
@@ -122,111 +143,6 @@ _BLOCK_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z", re.ASC
 # fsspec URL: a scheme of two or more characters (one letter is a Windows drive) and "://".
 _URL_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 _MANGLED_URL_PATTERN: Final = re.compile(r"^(s3|s3a|gs|gcs|az|abfs|memory|https?):/[^/]")
-
-
-# --------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------
-
-
-class VinOfflineStoreError(ValueError):
-    """A store breaks the v1 contract; the message names the file, location and expectation.
-
-    ``path`` is the offending file (or directory), ``location`` the field path or
-    ``line N`` inside it when there is one, ``expected`` a short statement of what the
-    spec requires. Subclasses say which rule was broken so tests and callers can tell
-    them apart without parsing messages.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | Path | None = None,
-        location: str | None = None,
-        expected: str | None = None,
-    ) -> None:
-        self.path = str(path) if path is not None else None
-        self.location = location
-        self.expected = expected
-        parts = []
-        if self.path is not None:
-            parts.append(self.path)
-        if location:
-            parts.append(location)
-        prefix = ": ".join(parts)
-        text = f"{prefix}: {message}" if prefix else message
-        if expected:
-            text = f"{text} (expected {expected})"
-        super().__init__(text)
-
-
-class StoreNotFoundError(VinOfflineStoreError, FileNotFoundError):
-    """The store directory or its ``manifest.json`` does not exist (not published, or mid-replace)."""
-
-
-class ManifestError(VinOfflineStoreError):
-    """``manifest.json`` is not valid JSON or does not match the v1 schema."""
-
-
-class UnsupportedFormatError(ManifestError):
-    """``format`` or ``version`` in ``manifest.json`` is not one this reader supports."""
-
-
-class SampleIndexError(VinOfflineStoreError):
-    """``sample_index.jsonl`` is malformed or disagrees with the manifest (gaps, duplicates, ...)."""
-
-
-class MissingShardError(VinOfflineStoreError):
-    """A shard declared in the manifest has no directory on disk."""
-
-
-class MissingBlockError(VinOfflineStoreError):
-    """A block is declared (or required by the spec) but its files are missing."""
-
-
-class BlockMismatchError(VinOfflineStoreError):
-    """A stored block's shape, dtype or layout differs from what the manifest declares."""
-
-
-class MissingChunksError(VinOfflineStoreError):
-    """A zarr block lacks chunk files; zarr would silently return fill values for them."""
-
-
-class CorruptChunkError(VinOfflineStoreError):
-    """A zarr chunk file exists but cannot be decoded (truncated or overwritten)."""
-
-
-class CorruptRecordError(VinOfflineStoreError):
-    """A msgpack record block or its offsets file is truncated, out of range or not v1 msgpack."""
-
-
-class StoreExistsError(VinOfflineStoreError, FileExistsError):
-    """The writer's target path exists and ``replace=True`` was not given (or is not a store)."""
-
-
-class SpecialFileError(VinOfflineStoreError, OSError):
-    """A file the store or raw dataset needs is a FIFO, device, socket or other non-regular file.
-
-    Reading such a file could block forever (a FIFO) or never end (``/dev/zero``), so it is
-    refused from its ``stat`` before any byte is read.
-    """
-
-
-class DirectoryInsteadOfFileError(SpecialFileError, IsADirectoryError):
-    """A directory sits where the store or raw dataset needs a file."""
-
-
-class InvalidSampleError(VinOfflineStoreError):
-    """A sample given to the writer breaks the format (type, name or value range); nothing is written."""
-
-
-class StoreVerificationError(VinOfflineStoreError):
-    """A store the writer just built failed its read-back check; it was not published."""
-
-
-class StoreReplacedError(VinOfflineStoreError):
-    """The directory at the store path was replaced (another generation) while it was being read."""
 
 
 # --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
+from vinlens.store.errors import RecordDecodeError
 from vinlens.store.format import NUMERIC_DTYPES
 
 __all__ = [
@@ -26,12 +27,6 @@ __all__ = [
     "encode_ndarray",
     "encode_record",
 ]
-
-
-class RecordDecodeError(ValueError):
-    """The bytes are not one v1 msgpack record; the reader adds file and row to the message."""
-
-    index: int | None = None  # position in a batch, set by decode_records
 
 
 def encode_ndarray(array: np.ndarray) -> dict[str, Any]:

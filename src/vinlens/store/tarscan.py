@@ -31,6 +31,13 @@ from typing import IO
 import numpy as np
 
 from vinlens.store.access import open_regular_fd
+from vinlens.store.errors import (
+    TarExtendedHeaderTooLargeError,
+    TarHeaderChecksumError,
+    TarHeaderFormatError,
+    TarScanError,
+    TruncatedTarError,
+)
 
 __all__ = [
     "DEFAULT_MAX_EXTENDED_HEADER_BYTES",
@@ -76,31 +83,6 @@ _SPECIAL_TYPE_LUT = np.zeros(256, dtype=bool)
 _SPECIAL_TYPE_LUT[[ord(c) for c in "xXgLKS"]] = True
 _OCTAL_WEIGHTS = 8.0 ** np.arange(11, -1, -1)
 _USTAR_MAGIC_CODES = np.frombuffer(b"ustar\x0000", dtype=np.uint8)
-
-
-class TarScanError(ValueError):
-    """A tar file could not be scanned; ``path`` and ``offset`` say where."""
-
-    def __init__(self, path: str | os.PathLike[str], offset: int, message: str) -> None:
-        self.path = str(path)
-        self.offset = offset
-        super().__init__(f"{self.path}: at byte {offset}: {message}")
-
-
-class TruncatedTarError(TarScanError):
-    """The file ends inside a header or member data, or before the end-of-archive marker."""
-
-
-class TarHeaderChecksumError(TarScanError):
-    """A header block's checksum does not match its contents."""
-
-
-class TarHeaderFormatError(TarScanError):
-    """A header field or pax record cannot be parsed."""
-
-
-class TarExtendedHeaderTooLargeError(TarScanError):
-    """A pax or GNU long-name header declares more bytes than the scanner accepts."""
 
 
 @dataclass(frozen=True, slots=True)
