@@ -11,3 +11,4 @@ from vinlens.widgets.snapshot_browser import SnapshotBrowserWidget as SnapshotBr
 from vinlens.widgets.snapshot_browser import SnapshotTableWidget as SnapshotTableWidget
 from vinlens.widgets.store_compare import StoreCompareWidget as StoreCompareWidget
 from vinlens.widgets.store_dashboard import StoreDashboardWidget as StoreDashboardWidget
+from vinlens.widgets.training_monitor import TrainingMonitorWidget as TrainingMonitorWidget
