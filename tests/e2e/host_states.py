@@ -105,6 +105,17 @@ def builders() -> dict[str, Callable[[], Any]]:
             broken.get_submodule("encoders.slam-left.conv2").weight[0, 0, 0, 0] = float("nan")
         return ModelHealthWidget(broken, lambda m: m(images))
 
+    def training_monitor() -> Any:
+        # The tour's run (section 11): an RMSNorm whose epsilon sits outside the sqrt meets an
+        # all-zero sample at step 120; the monitor names it, encoder.0 has under 1 bit.
+        from vinlens.demo.notebooks import TOUR
+
+        scope: dict[str, Any] = {"torch": torch}
+        cells = [src for kind, src in TOUR if kind == "code" and "TrainingMonitor" in src]
+        exec(cells[0], scope)
+        exec(next(src for kind, src in TOUR if kind == "code" and "monitor.run_step" in src), scope)
+        return scope["view"]
+
     return {
         "config_tree": lambda: ConfigTreeWidget(config),
         "module_table": module_table,
@@ -113,6 +124,7 @@ def builders() -> dict[str, Callable[[], Any]]:
         "coverage_heatmap": coverage_heatmap,
         "attribution_viewer": attribution_viewer,
         "model_health": model_health,
+        "training_monitor": training_monitor,
     }
 
 
