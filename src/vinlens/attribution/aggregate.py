@@ -56,6 +56,7 @@ from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.methods import explanation_mode
 from vinlens.attribution.registry import METHOD_REGISTRY
 from vinlens.attribution.targets import CameraExplanationTarget
+from vinlens.operations import chan_merge
 
 __all__ = [
     "RELIANCE_BASELINES",
@@ -702,21 +703,6 @@ class CameraRelianceStatistics:
     std_relative_drop: float
 
 
-def _chan(
-    count_a: int,
-    mean_a: np.ndarray,
-    m2_a: np.ndarray,
-    count_b: int,
-    mean_b: np.ndarray,
-    m2_b: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    total = count_a + count_b
-    delta = mean_b - mean_a
-    mean = mean_a + delta * (count_b / total)
-    m2 = m2_a + m2_b + delta**2 * (count_a * count_b / total)
-    return mean, m2
-
-
 @dataclass(frozen=True, eq=False)
 class RelianceSummary:
     """Mergeable reliance over a slice: per camera count, mean and M2 of absolute and relative drops.
@@ -758,7 +744,7 @@ class RelianceSummary:
             return self
         if self.count == 0 or self.mean is None or self.m2 is None:
             return other
-        mean, m2 = _chan(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
+        mean, m2 = chan_merge(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
         return RelianceSummary(self.camera_keys, self.count + other.count, mean, m2)
 
     def finish(self) -> tuple[CameraRelianceStatistics, ...]:

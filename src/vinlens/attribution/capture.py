@@ -13,6 +13,7 @@ import torch
 
 from vinlens.attribution.layout import LayerLayoutError, SpatialReader, spatial_reader
 from vinlens.attribution.targets import CameraExplanationTarget, VisionCaptureMode
+from vinlens.hooks import HookSet
 
 __all__ = [
     "ActivationCapture",
@@ -42,6 +43,10 @@ class CameraHook:
     def __init__(self, target: CameraExplanationTarget) -> None:
         self.target = target
         self.call_index = 0
+        #: Where gradient (tensor) hooks are registered; methods set it to their own
+        #: set so those hooks go with it. Without one, each hook lives as long as the
+        #: tensor it is on (the autograd graph of that forward).
+        self.hooks: HookSet | None = None
         self.reader: SpatialReader | None = None
         self.layout_error: LayerLayoutError | None = None
 
@@ -130,7 +135,7 @@ class GradientCapture(CameraHook):
         if not activation.requires_grad:
             raise RuntimeError("Target activation does not require gradients.")
         self.activation = camera_activation.detach()
-        activation.register_hook(self.gradient_hook)  # type: ignore[no-untyped-call]
+        (self.hooks if self.hooks is not None else HookSet()).tensor(activation, self.gradient_hook)
 
     def gradient_hook(self, gradient: torch.Tensor) -> None:
         """Record the gradient of the selected activation.

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vinlens.operations import chan_merge
+
 __all__ = [
     "BLOCK_ELEMENTS",
     "FiniteCache",
@@ -181,12 +183,8 @@ class SummaryAccumulator:
     def _add_moments(self, n_b: int, mean_b: float, m2_b: float) -> None:
         if n_b == 0:
             return
-        n_a = self.finite
-        n = n_a + n_b
-        delta = mean_b - self.mean
-        self.mean += delta * n_b / n
-        self.m2 += m2_b + delta * delta * (n_a * n_b / n)
-        self.finite = n
+        self.mean, self.m2 = chan_merge(self.finite, self.mean, self.m2, n_b, mean_b, m2_b)
+        self.finite += n_b
 
     def __repr__(self) -> str:
         return f"SummaryAccumulator({self.finish()!r})"
