@@ -27,6 +27,8 @@ WIDGETS = [
     "coverage_heatmap",
     "attribution_viewer",
     "model_health",
+    "store_compare",
+    "training_monitor",
 ]
 ROOT_CLASS = {
     "config_tree": "vl-config-tree",
@@ -36,6 +38,8 @@ ROOT_CLASS = {
     "coverage_heatmap": "vl-cov",
     "attribution_viewer": "vl-av",
     "model_health": "vl-model-health",
+    "store_compare": "vl-sc",
+    "training_monitor": "vl-training-monitor",
 }
 COMPOSITE = (
     "[role=tablist], [role=radiogroup], [role=toolbar], [role=menu], [role=menubar], "
@@ -93,7 +97,9 @@ def opened(lab_server: dict[str, Any], browser_ctx: Any, widgets_notebook: str) 
     # JupyterLab 4.6 puts the shell in a zero-height, overflow-hidden .jp-ThemedContainer
     # (the shell is absolutely positioned, so this changes no layout). axe takes everything
     # inside as clipped and skips it: colour contrast would check nothing.
-    page.add_style_tag(content=".jp-ThemedContainer:not(.lm-Widget) { overflow: visible !important; }")
+    page.add_style_tag(
+        content=".jp-ThemedContainer:not(.lm-Widget) { overflow: visible !important; }"
+    )
     yield lab
     page.close()
 
