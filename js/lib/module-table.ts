@@ -483,6 +483,8 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
 
   function updateButtons(): void {
     treeButton.setAttribute("aria-pressed", treeMode ? "true" : "false");
+    // Rows carry aria-expanded in the tree view, which ARIA allows in a treegrid only.
+    table.viewport.setAttribute("role", treeMode ? "treegrid" : "grid");
     flatButton.setAttribute("aria-pressed", treeMode ? "false" : "true");
     expandAll.disabled = !treeMode;
     collapseAll.disabled = !treeMode;

@@ -20,15 +20,23 @@ def inject_axe(page: Any) -> None:
 
 
 def axe_violations(
-    page: Any, selector: str, *, rules: list[str] | None = None, impacts: tuple[str, ...] = ()
+    page: Any,
+    selector: str | list[str],
+    *,
+    rules: list[str] | None = None,
+    impacts: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """axe violations inside every element matching ``selector`` (WCAG 2.1 A/AA, or ``rules``),
-    only those of ``impacts`` when given; each with its rule id, impact, help and nodes."""
+    only those of ``impacts`` when given; each with its rule id, impact, help and nodes.
+
+    A list selector reaches into shadow roots (axe's ``fromShadowDom``): the shadow host's
+    selector first, then the selector inside it (marimo renders widgets in a shadow root)."""
     inject_axe(page)
     found: list[dict[str, Any]] = page.evaluate(
         """async ([selector, rules, tags]) => {
             const runOnly = rules ? { type: "rule", values: rules } : { type: "tag", values: tags };
-            const result = await window.axe.run({ include: [[selector]] },
+            const include = Array.isArray(selector) ? [{ fromShadowDom: selector }] : [[selector]];
+            const result = await window.axe.run({ include },
                                                 { runOnly, resultTypes: ["violations"] });
             return result.violations.map((v) => ({
                 id: v.id, impact: v.impact, help: v.help,
@@ -49,3 +57,20 @@ def describe(violations: list[dict[str, Any]]) -> str:
         for n in v["nodes"][:6]:
             lines.append(f"    {n['target']}: {n['summary']}\n      {n['html']}")
     return "\n".join(lines)
+
+
+def axe_checked_nodes(page: Any, selector: str, rule: str) -> int:
+    """How many nodes axe's ``rule`` applied to inside ``selector`` (passed, failed or unsure):
+    a guard against a host layout that makes axe skip everything as clipped."""
+    inject_axe(page)
+    return int(
+        page.evaluate(
+            """async ([selector, rule]) => {
+                const r = await window.axe.run({ include: [[selector]] },
+                                               { runOnly: { type: "rule", values: [rule] } });
+                return [...r.passes, ...r.violations, ...r.incomplete]
+                    .reduce((n, v) => n + v.nodes.length, 0);
+            }""",
+            [selector, rule],
+        )
+    )

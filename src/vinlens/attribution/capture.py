@@ -13,6 +13,7 @@ import torch
 
 from vinlens.attribution.layout import LayerLayoutError, SpatialReader, spatial_reader
 from vinlens.attribution.targets import CameraExplanationTarget, VisionCaptureMode
+from vinlens.hooks import HookSet
 
 __all__ = [
     "ActivationCapture",
@@ -42,6 +43,10 @@ class CameraHook:
     def __init__(self, target: CameraExplanationTarget) -> None:
         self.target = target
         self.call_index = 0
+        #: Where gradient (tensor) hooks are registered; methods set it to their own
+        #: set so those hooks go with it. Without one, each hook lives as long as the
+        #: tensor it is on (the autograd graph of that forward).
+        self.hooks: HookSet | None = None
         self.reader: SpatialReader | None = None
         self.layout_error: LayerLayoutError | None = None
 
@@ -130,7 +135,7 @@ class GradientCapture(CameraHook):
         if not activation.requires_grad:
             raise RuntimeError("Target activation does not require gradients.")
         self.activation = camera_activation.detach()
-        activation.register_hook(self.gradient_hook)  # type: ignore[no-untyped-call]
+        (self.hooks if self.hooks is not None else HookSet()).tensor(activation, self.gradient_hook)
 
     def gradient_hook(self, gradient: torch.Tensor) -> None:
         """Record the gradient of the selected activation.
@@ -226,6 +231,15 @@ def _layer_output(
         raise TypeError(
             f"Target layer {module_path!r} returned {type(value).__name__}; attribution needs "
             "a tensor or a tuple of tensors."
+        )
+    # select_tensor_output passes a single tensor through whatever the index (its seed
+    # contract); here an index the output cannot have is refused, so a caller who asked
+    # for output 3 is not silently shown output 0.
+    if isinstance(value, torch.Tensor) and output_index not in (None, 0, -1):
+        raise ValueError(
+            f"Target layer {module_path!r} returned a single tensor of shape "
+            f"{tuple(value.shape)}, not a tuple, so output_index={output_index} names no "
+            "output; leave output_index None (or 0) for a layer with one output."
         )
     return select_tensor_output(value, output_index)
 

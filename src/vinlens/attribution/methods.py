@@ -28,8 +28,8 @@ training model and must get it back untouched:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 
 import torch
 from torch import nn
@@ -44,7 +44,9 @@ from vinlens.attribution.capture import (
     should_capture_invocation,
 )
 from vinlens.attribution.layout import layout_is_known
+from vinlens.attribution.state import explanation_mode
 from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget, VisionCaptureMode
+from vinlens.hooks import HookSet
 
 __all__ = [
     "ReplicatedScore",
@@ -90,29 +92,6 @@ def resolve_target_module(model: nn.Module, target: LayerTarget) -> nn.Module:
             f"Target layer {target.module_path!r} is not a submodule of "
             f"{type(model).__name__}.{hint}"
         ) from None
-
-
-@contextmanager
-def explanation_mode(model: nn.Module, *, enable_parameter_grads: bool) -> Iterator[None]:
-    """Put ``model`` in eval mode (and optionally make parameters require grad) for the block.
-
-    Each module's ``training`` flag and each parameter's ``requires_grad`` flag is
-    saved individually and restored in ``finally``, so a model with frozen parts or
-    batch-norm layers deliberately kept in eval comes back exactly as it was.
-    """
-    training_flags = [(module, module.training) for module in model.modules()]
-    grad_flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
-    try:
-        model.eval()
-        if enable_parameter_grads:
-            for parameter, _ in grad_flags:
-                parameter.requires_grad_(True)
-        yield
-    finally:
-        for module, training in training_flags:
-            module.training = training
-        for parameter, requires_grad in grad_flags:
-            parameter.requires_grad_(requires_grad)
 
 
 class _GraphGradientCapture(GradientCapture):
@@ -200,8 +179,10 @@ def gradient_captures(
         stack.enter_context(explanation_mode(model, enable_parameter_grads=True))
         stack.enter_context(torch.enable_grad())
         stack.callback(_drop_live_outputs, captures)
+        hooks = stack.enter_context(HookSet())
         for module, capture in zip(modules, captures, strict=True):
-            stack.callback(module.register_forward_hook(capture.forward_hook).remove)
+            capture.hooks = hooks  # its gradient (tensor) hooks go into the same set
+            hooks.forward(module, capture.forward_hook)
         value = _score_tensor(score())
         for capture in captures:
             if capture.live_output is None:
@@ -405,7 +386,7 @@ def ablation_cam_with_scores(
     with ExitStack() as stack:
         stack.enter_context(explanation_mode(model, enable_parameter_grads=history))
         stack.enter_context(torch.enable_grad() if history else torch.no_grad())
-        stack.callback(module.register_forward_hook(capture.forward_hook).remove)
+        stack.enter_context(HookSet()).forward(module, capture.forward_hook)
         baseline = _score_tensor(score()).detach()
     with explanation_mode(model, enable_parameter_grads=False), torch.no_grad():
         if capture.activation is None:
@@ -442,8 +423,8 @@ def ablation_cam_with_scores(
             rows = torch.arange(repeats, device=raw.device).unsqueeze(1)
             replacement.view(repeats, -1)[rows, channel_positions[start:stop]] = ablation_value
             hook = _AblationHook(target, replacement)
-            with ExitStack() as stack:
-                stack.callback(module.register_forward_hook(hook).remove)
+            with HookSet() as hooks:
+                hooks.forward(module, hook)
                 if replicated_score is not None:
                     value = _score_tensor(replicated_score(repeats), what="replicated_score(r)")
                 else:

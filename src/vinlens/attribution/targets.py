@@ -33,6 +33,8 @@ from torch import nn
 
 from vinlens.attribution.images import ImageLike, camera_image_batches
 from vinlens.attribution.layout import parse_layout
+from vinlens.attribution.state import explanation_mode
+from vinlens.hooks import HookSet
 
 __all__ = [
     "CAMERA_PLACEHOLDER",
@@ -440,8 +442,6 @@ def probe_layer_calls(
     :func:`~vinlens.attribution.images.camera_image_batches` and moved to the model's
     device; the model comes back with its training flags unchanged and no hooks left.
     """
-    from vinlens.attribution.methods import explanation_mode  # methods imports this module
-
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     batches = camera_image_batches(images, device=device)
     sizes: dict[str, list[int | None]] = {path: [] for path, _ in model.named_modules() if path}
@@ -460,9 +460,10 @@ def probe_layer_calls(
     with ExitStack() as stack:
         stack.enter_context(explanation_mode(model, enable_parameter_grads=False))
         stack.enter_context(torch.no_grad())
+        hooks = stack.enter_context(HookSet())
         for path, module in model.named_modules():
             if path:
-                stack.callback(module.register_forward_hook(recorder(path)).remove)
+                hooks.forward(module, recorder(path))
         (forward if forward is not None else model)(batches)
     return {path: LayerCalls(path, tuple(values)) for path, values in sizes.items()}
 

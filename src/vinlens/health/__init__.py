@@ -14,6 +14,12 @@ activation is copied to the host.
   input, in lockstep, so that no activation is retained (:mod:`vinlens.health.diff`).
 * :func:`collect_activation_stats`: per-module summaries streamed over batches
   in mergeable accumulators (:mod:`vinlens.health.stats`).
+* :func:`find_nonfinite_gradient_origin`: the first module whose backward made a NaN or
+  Inf in a training step (:mod:`vinlens.health.gradient`).
+* :func:`precision_headroom`: how far each module's outputs are from float16/bfloat16
+  overflow and underflow (:mod:`vinlens.health.precision`).
+* :class:`TrainingMonitor`: a per-step finiteness check with replay to the gradient
+  origin, and sampled per-module history (:mod:`vinlens.health.monitor`).
 
 Shared records and helpers live in :mod:`vinlens.health.summaries`.
 """
@@ -21,20 +27,47 @@ Shared records and helpers live in :mod:`vinlens.health.summaries`.
 from __future__ import annotations
 
 from vinlens.health.diff import ModelDiff, ModuleDiff, compare_models
+from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health.monitor import (
+    HISTORY_SAMPLES,
+    HistoryMatrix,
+    ModuleHistory,
+    ModuleTotals,
+    MonitorTotals,
+    NonFiniteEvent,
+    NonFiniteGradientError,
+    TrainingHistory,
+    TrainingMonitor,
+)
 from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
+from vinlens.health.precision import ModulePrecision, PrecisionReport, precision_headroom
 from vinlens.health.stats import ActivationAccumulator, ActivationStats, collect_activation_stats
 from vinlens.health.summaries import TensorTrace
 from vinlens.model_inspection import TensorSummary
 
 __all__ = [
+    "HISTORY_SAMPLES",
     "ActivationAccumulator",
     "ActivationStats",
+    "GradientOrigin",
+    "HistoryMatrix",
     "ModelDiff",
     "ModuleDiff",
+    "ModuleHistory",
+    "ModulePrecision",
+    "ModuleTotals",
+    "MonitorTotals",
+    "NonFiniteEvent",
+    "NonFiniteGradientError",
     "NonFiniteOrigin",
+    "PrecisionReport",
     "TensorSummary",
     "TensorTrace",
+    "TrainingHistory",
+    "TrainingMonitor",
     "collect_activation_stats",
     "compare_models",
+    "find_nonfinite_gradient_origin",
     "find_nonfinite_origin",
+    "precision_headroom",
 ]

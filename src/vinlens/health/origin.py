@@ -22,7 +22,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import CallPairing, HookSet
 from vinlens.model_inspection.summary import FiniteCache, SummaryCache
 
-__all__ = ["NonFiniteOrigin", "find_nonfinite_origin"]
+__all__ = ["ForwardOriginWatch", "NonFiniteOrigin", "find_nonfinite_origin"]
 
 _Call = tuple[str, int, tuple[TensorTrace, ...], tuple[TensorTrace, ...], bool | None]
 
@@ -101,67 +101,100 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     """
     check_model(model)
     check_callable(run, "takes no arguments and drives the forward")
-    checks = FiniteCache()
-    cache = SummaryCache()
-    # Calls in flight, per thread, with their inputs, their versions and whether they
-    # were all finite.
-    calls: CallPairing[tuple[Found, tuple[int, ...] | None, bool]] = CallPairing()
-    # (path, call index, inputs, outputs, inputs modified in place) of the true origin and
-    # of the first call that received non-finite inputs (its outputs are filled in when
-    # it returns).
-    origin: list[_Call] = []
-    tainted: list[_Call] = []
-    propagated: dict[str, None] = {}
-    lock = threading.Lock()
+    watch = ForwardOriginWatch()
+    targets = labelled_modules(model, None)
+    try:
+        with HookSet() as hooks:
+            hooks.hook_modules(targets, watch.pre, watch.post)
+            run()
+    finally:
+        watch.clear()  # calls that never returned must not keep their inputs alive
+    return watch.result()
 
-    def pre(label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+
+class ForwardOriginWatch:
+    """The forward half of :func:`find_nonfinite_origin`, fed by labelled module hooks.
+
+    ``pre(label, args, kwargs)`` before each module call and ``post(label, args, output)``
+    when it returns; :meth:`result` names the origin. The gradient origin of a training
+    step feeds the same watch from its own hooks, so both answer the forward alike.
+    """
+
+    def __init__(self) -> None:
+        self.checks = FiniteCache()
+        self.cache = SummaryCache()
+        # Calls in flight, per thread, with their inputs, their versions and whether they
+        # were all finite.
+        self.calls: CallPairing[tuple[Found, tuple[int, ...] | None, bool]] = CallPairing()
+        # (path, call index, inputs, outputs, inputs modified in place) of the true origin
+        # and of the first call that received non-finite inputs (its outputs are filled in
+        # when it returns).
+        self.origin: list[_Call] = []
+        self.tainted: list[_Call] = []
+        self.propagated: dict[str, None] = {}
+        self.lock = threading.Lock()
+
+    def pre(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Check a call's inputs as it begins."""
+        self.begin(label, args, kwargs)
+
+    def begin(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """:meth:`pre`, returning the call's index (per path, in the order calls begin)."""
         inputs = input_tensors(args, kwargs)
-        finite = all(checks.finite(tensor) for _, tensor in inputs)
-        index = calls.begin(label, args, (inputs, _versions(inputs), finite))
+        finite = all(self.checks.finite(tensor) for _, tensor in inputs)
+        index = self.calls.begin(label, args, (inputs, _versions(inputs), finite))
         if not finite:
-            with lock:
-                if not tainted:
-                    tainted.append((label, index, tensor_traces(cache, inputs), (), False))
+            with self.lock:
+                if not self.tainted:
+                    traces = tensor_traces(self.cache, inputs)
+                    self.tainted.append((label, index, traces, (), False))
+        return index
 
-    def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-        call = calls.end(label, args)
+    def post(self, label: str, args: tuple[Any, ...], output: Any) -> None:
+        """Check a call's outputs as it returns."""
+        call = self.calls.end(label, args)
         if call is None:
             return
         index, (inputs, versions, finite_inputs) = call
         outputs = list(floating_tensors(output, "output"))
-        finite = all(checks.finite(tensor) for _, tensor in outputs)
-        with lock:
+        finite = all(self.checks.finite(tensor) for _, tensor in outputs)
+        with self.lock:
+            tainted = self.tainted
             if tainted and tainted[0][:2] == (label, index):
-                tainted[0] = (label, index, tainted[0][2], tensor_traces(cache, outputs), False)
+                traces = tensor_traces(self.cache, outputs)
+                tainted[0] = (label, index, tainted[0][2], traces, False)
             if finite:
                 return
-            if not origin and finite_inputs:
+            if not self.origin and finite_inputs:
                 now = _versions(inputs)
                 modified = None if versions is None or now is None else now != versions
-                origin.append(
+                self.origin.append(
                     (
                         label,
                         index,
-                        tensor_traces(cache, inputs),
-                        tensor_traces(cache, outputs),
+                        tensor_traces(self.cache, inputs),
+                        tensor_traces(self.cache, outputs),
                         modified,
                     )
                 )
             else:
-                propagated.setdefault(label, None)
+                self.propagated.setdefault(label, None)
 
-    targets = labelled_modules(model, None)
-    try:
-        with HookSet() as hooks:
-            hooks.hook_modules(targets, pre, post)
-            run()
-    finally:
-        calls.clear()  # calls that never returned must not keep their inputs alive
-    found, input_nonfinite = (
-        (origin[0], False) if origin else (tainted[0], True) if tainted else (None, False)
-    )
-    if found is None:
-        return None
-    label, index, inputs, outputs, modified = found
-    spread = tuple(path for path in propagated if path != label)
-    return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite, modified)
+    def clear(self) -> None:
+        """Drop the calls still in flight (their inputs)."""
+        self.calls.clear()
+
+    def result(self) -> NonFiniteOrigin | None:
+        """The origin seen so far, or None when every call stayed finite."""
+        found, input_nonfinite = (
+            (self.origin[0], False)
+            if self.origin
+            else (self.tainted[0], True)
+            if self.tainted
+            else (None, False)
+        )
+        if found is None:
+            return None
+        label, index, inputs, outputs, modified = found
+        spread = tuple(path for path in self.propagated if path != label)
+        return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite, modified)

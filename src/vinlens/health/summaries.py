@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from vinlens.model_inspection import ROOT_PATH, TensorSummary
-from vinlens.model_inspection.capture import normalize_module_paths, walk_tensors
+from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
+from vinlens.model_inspection.walk import walk_tensors
 
 __all__ = [
     "MAX_WALK_DEPTH",

@@ -15,25 +15,31 @@ Three rules shape the implementation:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
-import itertools
 import threading
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _torch_module
-from torch.utils.hooks import RemovableHandle
 
+from vinlens.hooks import CallPairing, HookSet
 from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
+from vinlens.model_inspection.snapshots import (
+    CaptureLimits,
+    Direction,
+    SampleScalar,
+    TensorSnapshot,
+    _new_snapshot,
+    _omission_reason,
+    _row_major_prefix,
+)
 from vinlens.model_inspection.structure import _registered_modules
-from vinlens.model_inspection.summary import TensorSummary, _SummaryCache, stored_elements
+from vinlens.model_inspection.summary import SummaryCache, TensorSummary, stored_elements
+from vinlens.model_inspection.walk import _arg_path, _WalkItem, walk_tensors
 
 __all__ = [
     "CaptureLimits",
@@ -42,285 +48,9 @@ __all__ = [
     "SampleScalar",
     "TensorSnapshot",
     "capture_model",
+    "normalize_module_paths",
+    "walk_tensors",
 ]
-
-#: Python scalars a tensor sample is converted to.
-SampleScalar: TypeAlias = bool | int | float
-Direction: TypeAlias = Literal["input", "output"]
-
-
-@dataclass(frozen=True)
-class CaptureLimits:
-    """Positive quotas for one ModelCapture instance.
-
-    Tensor-count, byte and summary quotas are cumulative across every call and context
-    entrance made with the instance. Traversal quotas restart for each module
-    invocation's combined positional/keyword inputs and separately for its
-    output. These limits bound inspected nodes and copied numeric payload; they
-    do not bound the source model, source tensors, hook metadata, Python record
-    overhead, or total process/device memory.
-
-    Attributes:
-        max_tensors: Maximum tensor snapshots retained across the capture instance.
-        max_samples_per_tensor: Maximum row-major flattened elements copied from one source tensor.
-        max_bytes: Maximum source-dtype bytes copied into samples across the instance.
-        max_traversal_nodes: Maximum containers, leaves, and tensors visited in one input or
-            output walk.
-        max_container_depth: Maximum container edges followed from an input or output root.
-        max_summary_elements: Maximum source elements read, across the instance, to
-            compute :attr:`TensorSnapshot.summary` (whole-tensor reductions on the tensor's
-            device); a tensor that no longer fits gets no summary. 0 turns summaries off.
-            Each summary reads its tensor four to six times, so this bounds their cost.
-    """
-
-    max_tensors: int = 64
-    max_samples_per_tensor: int = 32
-    max_bytes: int = 16 * 1024
-    max_traversal_nodes: int = 4096
-    max_container_depth: int = 32
-    max_summary_elements: int = 1 << 18
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            # Summaries are an extra that may be switched off; every other quota must allow
-            # some progress.
-            expected = "non-negative" if field.name == "max_summary_elements" else "positive"
-            # bool is an int subclass, but ``max_tensors=True`` is always a mistake.
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(
-                    f"CaptureLimits.{field.name} must be a {expected} int, "
-                    f"got {type(value).__name__} {value!r}"
-                )
-            if value < 0 or (value == 0 and expected == "positive"):
-                raise ValueError(
-                    f"CaptureLimits.{field.name} must be a {expected} int, got {value!r}"
-                )
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, object]) -> CaptureLimits:
-        """Limits from a mapping of field names, such as the JSON object a browser sends.
-
-        Missing fields keep their defaults. Unknown keys, and values that are not
-        positive ints (``True``, ``1.5``, ``None``, ``"8"``), raise an error naming
-        the field and what it expects; nothing is coerced, so a typo in the
-        browser never turns into a silently different quota.
-
-        Raises:
-            TypeError: ``mapping`` is not a mapping, or a value is not an int.
-            ValueError: an unknown key, or a value that is not positive.
-        """
-        if not isinstance(mapping, Mapping):
-            raise TypeError(
-                "capture limits must be a mapping of CaptureLimits fields (e.g. "
-                f'{{"max_tensors": 64}}), got {_qualified_type_name(type(mapping))}'
-            )
-        names = _LIMIT_FIELDS
-        unknown = [key for key in mapping if key not in names]
-        if unknown:
-            raise ValueError(
-                f"unknown capture limit(s) {', '.join(repr(key) for key in unknown)}; "
-                f"expected some of {', '.join(names)}"
-            )
-        return cls(**{str(key): value for key, value in mapping.items()})  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class TensorSnapshot:
-    """Complete source metadata plus a detached, bounded tensor value sample.
-
-    Empty tensors retain their shape with an empty value sample and zero bytes.
-    Complex, meta-device, non-strided-layout and quantized tensors are
-    metadata-only: their values are not indexed, copied, densified or cast.
-    ``sample_omission_reason`` distinguishes these from empty source tensors.
-    Records remain compatible with standard dataclass serialization.
-
-    Metadata describes the full tensor at hook time. Only ``values`` is
-    truncated: it is a row-major prefix copied to CPU and converted to immutable
-    Python scalars, so the snapshot neither aliases source storage nor retains
-    its autograd graph.
-
-    Attributes:
-        module_path: Registered module path, using ``"<root>"`` for the model root.
-        call_index: Zero-based invocation index for module_path in this capture instance.
-        direction: Hook side observed; input and output from one call share an index.
-        tensor_path: Container path from args/kwargs or the output root, e.g. ``args[0]``,
-            ``kwargs['scale']``, ``output['logits'][1]``, ``output.hidden``.
-        shape: Complete source-tensor shape at observation time.
-        dtype: String form of the source-tensor dtype at observation time.
-        device: String form of the source device before the bounded CPU copy.
-        numel: Total number of elements in the full source tensor.
-        sampled_bytes: Source-dtype bytes represented by values in this snapshot.
-        values: Detached CPU scalar prefix bounded by per-tensor and shared quotas.
-        sample_omission_reason: Why numeric sampling is unsupported; None for supported/empty
-            sources.
-        summary: Whole-tensor statistics of a real floating source, computed on its device
-            (see :class:`~vinlens.model_inspection.TensorSummary`); None for other dtypes,
-            metadata-only sources, or a tensor the reductions failed on.
-    """
-
-    module_path: str
-    call_index: int
-    direction: Direction
-    tensor_path: str
-    shape: tuple[int, ...]
-    dtype: str
-    device: str
-    numel: int
-    sampled_bytes: int
-    values: tuple[SampleScalar, ...]
-    sample_omission_reason: str | None = None
-    summary: TensorSummary | None = None
-
-
-_LIMIT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(CaptureLimits))
-
-
-# --------------------------------------------------------------------------- sampling
-
-
-def _omission_reason(tensor: torch.Tensor) -> str | None:
-    """Why a tensor's values are not sampled, or None when a cheap exact prefix exists."""
-    if tensor.is_meta:
-        return "meta tensor: it has no data to sample"
-    if tensor.layout != torch.strided:
-        return f"non-strided layout {tensor.layout}: values are not densified"
-    if tensor.is_nested:
-        return "nested tensor: it has no single row-major order"
-    if tensor.is_quantized:
-        return f"quantized dtype {tensor.dtype}: values are not dequantized"
-    if tensor.is_complex():
-        return f"complex dtype {tensor.dtype}: values are not converted"
-    return None
-
-
-def _prefix_block(tensor: torch.Tensor, count: int) -> torch.Tensor:
-    """The smallest leading block of ``tensor`` that holds its first ``count`` elements.
-
-    Leading dimensions sit at index 0 while the trailing dimensions alone hold
-    ``count`` elements; the first dimension that does not is cut to the rows
-    needed. The block is one ``as_strided`` view built from the shape and
-    strides (so any layout works: permuted, sliced, expanded) and has fewer than
-    ``2 * count`` elements, so nothing proportional to the source is read,
-    copied or moved across devices.
-    """
-    shape = tensor.shape
-    dim = len(shape)
-    inner = 1
-    while dim > 0 and inner < count:
-        dim -= 1
-        inner *= shape[dim]
-    source = tensor.detach()  # no autograd node, whatever the grad mode
-    if dim == len(shape):  # count == 1: just the first element
-        return source.as_strided((1,), (1,), tensor.storage_offset())
-    per_row = inner // shape[dim]
-    rows = -(-count // per_row)
-    return source.as_strided(
-        (rows, *shape[dim + 1 :]), tensor.stride()[dim:], tensor.storage_offset()
-    )
-
-
-# Dtypes whose NumPy tolist() gives the same Python scalars as torch's (bfloat16 and
-# the float8 types have no NumPy dtype).
-_NUMPY_DTYPES = frozenset(
-    {torch.float16, torch.float32, torch.float64, torch.bool}
-    | {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
-)
-
-
-def _row_major_prefix(tensor: torch.Tensor, count: int) -> tuple[SampleScalar, ...]:
-    """The first ``count`` elements in row-major order as Python scalars.
-
-    ``tolist`` copies only the small block (to CPU first when it lives on a
-    device) and yields Python floats for float16/bfloat16/float8, so values can
-    never alias the source storage or carry autograd state.
-    """
-    if (
-        type(tensor) is torch.Tensor
-        and tensor.device.type == "cpu"
-        and tensor.dtype in _NUMPY_DTYPES
-        and tensor.is_contiguous()
-        and not tensor.is_neg()
-    ):
-        # The common activation: a NumPy view of the leading run of memory is the cheapest
-        # way to read a few values (about half the cost of a torch view and tolist()).
-        flat: Any = tensor.detach().numpy().reshape(-1)
-        return tuple(flat[:count].tolist())
-    block = _prefix_block(tensor, count)
-    values: Any = block.tolist()
-    for _ in range(block.dim() - 1):
-        values = list(itertools.chain.from_iterable(values))
-    return tuple(values[:count])
-
-
-def _tensor_shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    if not tensor.is_nested:
-        return tuple(tensor.shape)
-    try:
-        return tuple(int(size) for size in tensor.shape)
-    except (RuntimeError, TypeError, ValueError):  # jagged sizes have no plain shape
-        return ()
-
-
-# str(dtype) / str(device) per snapshot add up inside hooks; both sets are tiny.
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-_DEVICE_NAMES: dict[torch.device, str] = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype)
-    return name
-
-
-def _device_name(device: torch.device) -> str:
-    name = _DEVICE_NAMES.get(device)
-    if name is None:
-        name = _DEVICE_NAMES[device] = str(device)
-    return name
-
-
-def _new_snapshot(
-    module_path: str,
-    call_index: int,
-    direction: Direction,
-    tensor_path: str,
-    tensor: torch.Tensor,
-    numel: int,
-    sampled_bytes: int,
-    values: tuple[SampleScalar, ...],
-    reason: str | None,
-    summary: TensorSummary | None = None,
-) -> TensorSnapshot:
-    """Build the same record as ``TensorSnapshot(...)`` without eleven frozen ``__setattr__`` calls.
-
-    It runs inside forward hooks, where every microsecond is added to the
-    caller's forward; the tests check it against the regular constructor.
-    """
-    record = object.__new__(TensorSnapshot)
-    record.__dict__.update(
-        module_path=module_path,
-        call_index=call_index,
-        direction=direction,
-        tensor_path=tensor_path,
-        # Only nested tensors (which always carry a reason) lack a plain shape.
-        shape=tuple(tensor.shape) if reason is None else _tensor_shape(tensor),
-        dtype=_dtype_name(tensor.dtype),
-        device=_device_name(tensor.device),
-        numel=numel,
-        sampled_bytes=sampled_bytes,
-        values=values,
-        sample_omission_reason=reason,
-        summary=summary,
-    )
-    return record
-
-
-# --------------------------------------------------------------------------- traversal
-
-_WalkItem: TypeAlias = tuple[str, object]
-_ARG_PATHS = tuple(f"args[{position}]" for position in range(16))
 
 
 def _warn_stopped(label: str, index: int, direction: Direction, error: Exception) -> None:
@@ -330,69 +60,6 @@ def _warn_stopped(label: str, index: int, direction: Direction, error: Exception
         RuntimeWarning,
         stacklevel=3,
     )
-
-
-def _arg_path(position: int) -> str:
-    return _ARG_PATHS[position] if position < len(_ARG_PATHS) else f"args[{position}]"
-
-
-def _key_repr(key: object) -> str:
-    text = repr(key)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def walk_tensors(
-    roots: Iterable[tuple[str, object]], max_nodes: int, max_depth: int
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """(path, tensor) for the tensors in a depth-first walk of ``roots``' containers.
-
-    At most ``max_nodes`` nodes (tensors and containers) are visited and containers deeper
-    than ``max_depth`` edges are not opened, so a hostile or cyclic structure costs a bounded
-    amount of work. Each stack entry holds lazy children and the depth they sit at.
-    """
-    nodes_left = max_nodes
-    stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(roots), 0)]
-    while stack:
-        children, depth = stack[-1]
-        item = next(children, None)
-        if item is None:
-            stack.pop()
-            continue
-        if nodes_left <= 0:
-            return
-        nodes_left -= 1
-        path, value = item
-        if isinstance(value, torch.Tensor):
-            yield path, value
-            continue
-        if depth >= max_depth:
-            continue
-        grandchildren = _children(value, path)
-        if grandchildren is not None:
-            stack.append((grandchildren, depth + 1))
-
-
-def _children(value: object, path: str) -> Iterator[_WalkItem] | None:
-    """Lazy (path, child) pairs of a supported container; None for a leaf.
-
-    Lazy so that a 100,000-element list costs only as many steps as the node
-    quota allows.
-    """
-    if isinstance(value, tuple):
-        fields = getattr(type(value), "_fields", None)
-        if isinstance(fields, tuple):  # namedtuple
-            return ((f"{path}.{name}", item) for name, item in zip(fields, value, strict=False))
-        return ((f"{path}[{index}]", item) for index, item in enumerate(value))
-    if isinstance(value, list):
-        return ((f"{path}[{index}]", item) for index, item in enumerate(value))
-    if isinstance(value, Mapping):
-        return ((f"{path}[{_key_repr(key)}]", item) for key, item in value.items())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (
-            (f"{path}.{field.name}", getattr(value, field.name, None))
-            for field in dataclasses.fields(value)
-        )
-    return None
 
 
 # --------------------------------------------------------------------------- capture
@@ -543,14 +210,10 @@ class ModelCapture:
         self._sampled_bytes = 0
         # Set once max_tensors or max_bytes is used up; hooks then return at once.
         self._exhausted = False
-        self._call_counts: dict[str, int] = {}
-        # Per (thread, path): stack of (call index, id of the args tuple) for calls in flight.
-        self._pending: dict[tuple[int, str], list[tuple[int, int]]] = {}
-        self._handles: list[RemovableHandle] = []
-        # Modules given a with-kwargs flag for the global pre-hook, and that hook's id.
-        self._flagged: list[nn.Module] = []
-        self._global_pre_id: int | None = None
-        self._summaries = _SummaryCache()
+        # Call indices per path (cumulative over entrances) and calls in flight per thread.
+        self._calls: CallPairing[None] = CallPairing()
+        self._hooks = HookSet()
+        self._summaries = SummaryCache()
         self._summary_elements = 0
         self._active = False
 
@@ -587,22 +250,12 @@ class ModelCapture:
         try:
             self._remove_hooks()
         finally:
-            with self._lock:
-                self._pending.clear()
+            self._calls.clear()
             self._active = False
 
     def _remove_hooks(self) -> None:
         """Remove every hook and restore every module's kwargs flags; safe mid-forward."""
-        handles, self._handles = self._handles, []
-        flagged, self._flagged = self._flagged, []
-        hook_id, self._global_pre_id = self._global_pre_id, None
-        try:
-            for handle in handles:
-                handle.remove()
-        finally:
-            if hook_id is not None:
-                for module in flagged:
-                    module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
+        self._hooks.remove()
 
     def __enter__(self) -> ModelCapture:
         if self._active:
@@ -636,62 +289,18 @@ class ModelCapture:
         """Hook the targets: one global hook pair for a whole-model capture, else per module.
 
         Registering two instance hooks per module costs more than a light CNN's whole
-        forward, so a capture of every module registers one global pre-hook and one
-        global forward hook, filtered by module identity, plus a with-kwargs flag per
-        module (restored on close). Modules that already carry instance forward hooks
-        keep instance hooks, so ours still run after theirs and observe their changes.
-        A capture of a few paths uses instance hooks only: global hooks would put
-        every other module's call on PyTorch's slower hooked path.
+        forward, so a capture of every module uses :meth:`HookSet.hook_modules`' global
+        pair filtered by module identity (modules with instance hooks of their own keep
+        instance hooks, so ours still run after theirs and observe their changes). A
+        capture of a few paths uses instance hooks only: global hooks would put every
+        other module's call on PyTorch's slower hooked path.
         """
-        instance: list[tuple[str, nn.Module]] = []
-        global_targets: dict[int, str] = {}
-        if self._module_paths is None:
+        whole = self._module_paths is None
+        if whole:
             # ``targets`` are named_modules() pairs here: the root is named "".
-            for name, module in targets:
-                if module._forward_pre_hooks or module._forward_hooks:
-                    instance.append((name or ROOT_PATH, module))
-                else:
-                    global_targets[id(module)] = name or ROOT_PATH
-        else:
-            instance = list(targets)
-        if global_targets:
-            self._register_global(targets, global_targets)
-        for label, module in instance:
-            self._handles.append(
-                module.register_forward_pre_hook(self._make_pre_hook(label), with_kwargs=True)
-            )
-            self._handles.append(
-                module.register_forward_hook(self._make_post_hook(label), always_call=True)
-            )
-
-    def _register_global(
-        self, targets: Sequence[tuple[str, nn.Module]], labels: dict[int, str]
-    ) -> None:
-        on_input, on_output = self._on_input, self._on_output
-        find = labels.get
-
-        def pre_hook(
-            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-        ) -> None:
-            label = find(id(module))
-            if label is not None:
-                on_input(label, args, kwargs if kwargs is not None else {})
-
-        def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            label = find(id(module))
-            if label is not None:
-                on_output(label, args, output)
-
-        handle = _torch_module.register_module_forward_pre_hook(pre_hook)
-        self._handles.append(handle)
-        self._global_pre_id = handle.id
-        for _, module in targets:
-            if id(module) in labels:
-                # PyTorch passes kwargs to any pre-hook whose id a module flags, global or not.
-                module._forward_pre_hooks_with_kwargs[handle.id] = True
-                self._flagged.append(module)
-        self._handles.append(
-            _torch_module.register_module_forward_hook(post_hook, always_call=True)
+            targets = [(name or ROOT_PATH, module) for name, module in targets]
+        self._hooks.hook_modules(
+            targets, self._on_input, self._on_output, always_call=True, use_global=whole
         )
 
     def __exit__(
@@ -751,32 +360,10 @@ class ModelCapture:
             targets.append((path, module))
         return targets
 
-    def _make_pre_hook(
-        self, label: str
-    ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
-        on_input = self._on_input
-
-        def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            on_input(label, args, kwargs)
-
-        return pre_hook
-
-    def _make_post_hook(self, label: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
-        on_output = self._on_output
-
-        def post_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            on_output(label, args, output)
-
-        return post_hook
-
     def _on_input(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._exhausted:
             return
-        key = (threading.get_ident(), label)
-        with self._lock:
-            index = self._call_counts.get(label, 0)
-            self._call_counts[label] = index + 1
-            self._pending.setdefault(key, []).append((index, id(args)))
+        index = self._calls.begin(label, args, None)
         # The common call, tensors passed positionally: the same records, in the same
         # order and under the same node quota, as the general walk below makes.
         if (
@@ -798,9 +385,10 @@ class ModelCapture:
     def _on_output(self, label: str, args: tuple[Any, ...], output: Any) -> None:
         if self._exhausted:
             return
-        index = self._pop_pending((threading.get_ident(), label), id(args))
-        if index is None:  # the call began before this capture was entered
+        call = self._calls.end(label, args)
+        if call is None:  # the call began before this capture was entered
             return
+        index = call[0]
         if isinstance(output, torch.Tensor):
             try:
                 self._record(label, index, "output", "output", output)
@@ -808,27 +396,6 @@ class ModelCapture:
                 _warn_stopped(label, index, "output", error)
             return
         self._walk(label, index, "output", (("output", output),))
-
-    def _pop_pending(self, key: tuple[int, str], args_id: int) -> int | None:
-        """The call index of the invocation now finishing.
-
-        Calls of one path on one thread finish in LIFO order, so the match is
-        normally the top entry. A nested call that ended in a BaseException such
-        as KeyboardInterrupt (which PyTorch's always-call hooks do not see) and
-        was caught inside forward leaves a stale entry above ours: matching the
-        args tuple identity finds the right entry and drops the stale ones.
-        """
-        with self._lock:
-            stack = self._pending.get(key)
-            if not stack:
-                return None
-            for position in range(len(stack) - 1, -1, -1):
-                index, pending_args_id = stack[position]
-                if pending_args_id == args_id:
-                    del stack[position:]
-                    return index
-            # A pre-hook added after ours replaced args: fall back to LIFO order.
-            return stack.pop()[0]
 
     # -- walking and recording -----------------------------------------------------------
 

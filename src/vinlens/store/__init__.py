@@ -94,6 +94,13 @@ Synthetic data (:mod:`vinlens.store.synthetic`)
     ``write_synthetic_dataset(root, store_spec=None, raw_spec=None) -> SyntheticDatasetRecord``
     (``.config`` has store_dir and raw_dataset_dir); ``make_synthetic_samples(spec)``.
 
+Compare (:mod:`vinlens.store.compare`)
+    ``compare_vin_offline_stores(store_a, store_b, *, max_samples=512, executor=None,
+    progress_cb=None) -> StoreComparison`` (``fields: tuple[FieldDrift, ...]``, ``field(name)``,
+    ``most_drifted(metric="js_distance", k=5)``, sample/scene set differences, per-split counts
+    and integrity problems of both stores); ``FieldDrift(name, count_a, count_b, mean_a, mean_b,
+    std_a, std_b, psi, js_distance, wasserstein, ks_statistic, ...)``.
+
 Command line (:mod:`vinlens.cli.store`, not imported by this package)
     ``vinlens store make-demo|info|stats|coverage``.
 
@@ -110,6 +117,7 @@ from vinlens.store.access import (
     StoreAccessError,
     open_store_access,
 )
+from vinlens.store.compare import FieldDrift, StoreComparison, compare_vin_offline_stores
 from vinlens.store.errors import VinlensStoreError
 from vinlens.store.format import (
     BlockKind,
@@ -151,6 +159,7 @@ __all__ = [
     "ChunkStatus",
     "CorruptChunkError",
     "CorruptRecordError",
+    "FieldDrift",
     "FileStat",
     "FsspecStoreAccess",
     "InvalidSampleError",
@@ -165,6 +174,7 @@ __all__ = [
     "StoreAccess",
     "StoreAccessError",
     "StoreBlockSpec",
+    "StoreComparison",
     "StoreExistsError",
     "StoreGeneration",
     "StoreIntegrityProblem",
@@ -180,6 +190,7 @@ __all__ = [
     "VinOfflineStoreReader",
     "VinlensStoreError",
     "capture_store_generation",
+    "compare_vin_offline_stores",
     "open_store_access",
     "open_vin_offline_store",
 ]

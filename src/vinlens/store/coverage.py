@@ -27,10 +27,11 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from vinlens.operations import check_executor, run_operation
 from vinlens.store.access import (
     FileStat,
     FsspecStoreAccess,
@@ -384,44 +385,46 @@ def _remember(task: _TarTask, partial: _TarPartial) -> None:
             _cache.popitem(last=False)
 
 
+class _TarPartials:
+    """Per-tar partials in task order (what the coverage fold accumulates)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[_TarPartial] | None = None) -> None:
+        self.items: list[_TarPartial] = [] if items is None else items
+
+    def merge(self, other: _TarPartials) -> _TarPartials:
+        self.items.extend(other.items)
+        return self
+
+
+def _scan_tar_task(task: _TarTask) -> _TarPartials:
+    """What an executor runs for one tar (top level, so it pickles)."""
+    return _TarPartials([_scan_tar(task)])
+
+
+def _known_tar(task: _TarTask) -> _TarPartials | None:
+    partial = _cached(task)
+    return None if partial is None else _TarPartials([partial])
+
+
 def _tar_partials(
     tasks: Sequence[_TarTask],
     executor: Executor | None,
     progress_cb: Callable[[int, int], None] | None,
 ) -> list[_TarPartial]:
     """Partials of ``tasks`` in task order, from the cache, in process or on ``executor``."""
-    total = len(tasks)
-    results: list[_TarPartial | None] = [_cached(task) for task in tasks]
-    done = sum(1 for r in results if r is not None)
-    if progress_cb is not None:
-        progress_cb(0, total)
-        if done:
-            progress_cb(done, total)
-    todo = [i for i, r in enumerate(results) if r is None]
-    if executor is None:
-        for i in todo:
-            results[i] = _scan_tar(tasks[i])
-            _remember(tasks[i], results[i])  # type: ignore[arg-type]
-            done += 1
-            if progress_cb is not None:
-                progress_cb(done, total)
-    else:
-        futures: dict[Future[_TarPartial], int] = {
-            executor.submit(_scan_tar, tasks[i]): i for i in todo
-        }
-        try:
-            for future in as_completed(futures):
-                i = futures[future]
-                partial = future.result()
-                results[i] = partial
-                _remember(tasks[i], partial)
-                done += 1
-                if progress_cb is not None:
-                    progress_cb(done, total)
-        finally:
-            for future in futures:
-                future.cancel()
-    return [r for r in results if r is not None]
+    folded = run_operation(
+        tasks,
+        _scan_tar_task,
+        start=_TarPartials,
+        executor=executor,
+        progress=progress_cb,
+        known=_known_tar,
+    )
+    for task, partial in zip(tasks, folded.items, strict=True):
+        _remember(task, partial)
+    return folded.items
 
 
 @dataclass(frozen=True)
@@ -466,6 +469,7 @@ def raw_snippets_by_scene(
     right after a coverage scan this costs only the listing); for views that show which
     snippets of a scene are missing. Arguments as there; the store itself is not read.
     """
+    check_executor(executor)
     config = as_store_config(store)
     if config.raw_dataset_dir is None:
         raise ValueError(f"{config.store_dir}: no raw_dataset_dir to list snippets from")
@@ -498,8 +502,10 @@ def collect_vin_offline_dataset_coverage(
 
     A tar that cannot be scanned (truncated, corrupt, hostile headers, not a regular file)
     raises an error naming it; a store replaced while coverage was computed raises
-    :class:`~vinlens.store.format.StoreReplacedError`.
+    :class:`~vinlens.store.format.StoreReplacedError`; an ``executor`` other than ``None``
+    or an ``Executor`` instance is a ``TypeError`` naming what is accepted.
     """
+    check_executor(executor)
     config = as_store_config(store)
     if config.raw_dataset_dir is None:
         raise ValueError(

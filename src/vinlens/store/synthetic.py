@@ -23,7 +23,7 @@ import math
 import os
 import tarfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +45,7 @@ __all__ = [
     "snippet_id_for",
     "write_synthetic_dataset",
     "write_synthetic_raw_dataset",
+    "write_synthetic_samples",
     "write_synthetic_store",
 ]
 
@@ -291,21 +292,26 @@ def make_synthetic_samples(spec: SyntheticStoreSpec) -> list[VinOfflineSample]:
     return samples
 
 
-def write_synthetic_store(
+def write_synthetic_samples(
     store_dir: str | os.PathLike[str],
-    spec: SyntheticStoreSpec | None = None,
+    samples: Sequence[VinOfflineSample],
     *,
+    num_candidates: int,
+    scene_labels: bool = True,
+    rows_per_shard: int = 8,
     replace: bool = False,
     fsync: bool = False,
-) -> SyntheticStoreRecord:
-    """Generate and publish a synthetic store at ``store_dir`` (see :class:`SyntheticStoreSpec`)."""
-    spec = spec or SyntheticStoreSpec()
-    samples = make_synthetic_samples(spec)
+) -> Path:
+    """Publish ``samples`` (e.g. :func:`make_synthetic_samples` with a planted change) as a store.
+
+    A new shard starts wherever the samples' set of blocks changes, so samples without
+    ``candidate_ids`` (or any optional block) never share a shard with samples that have it.
+    """
     with VinOfflineStoreWriter(
         store_dir,
-        num_candidates=spec.num_candidates,
-        scene_labels=spec.scene_labels,
-        rows_per_shard=spec.rows_per_shard,
+        num_candidates=num_candidates,
+        scene_labels=scene_labels,
+        rows_per_shard=rows_per_shard,
         replace=replace,
         fsync=fsync,
     ) as writer:
@@ -316,6 +322,28 @@ def write_synthetic_store(
                 writer.finish_shard()
             previous = blocks
             writer.add(sample)
+    return Path(store_dir)
+
+
+def write_synthetic_store(
+    store_dir: str | os.PathLike[str],
+    spec: SyntheticStoreSpec | None = None,
+    *,
+    replace: bool = False,
+    fsync: bool = False,
+) -> SyntheticStoreRecord:
+    """Generate and publish a synthetic store at ``store_dir`` (see :class:`SyntheticStoreSpec`)."""
+    spec = spec or SyntheticStoreSpec()
+    samples = make_synthetic_samples(spec)
+    write_synthetic_samples(
+        store_dir,
+        samples,
+        num_candidates=spec.num_candidates,
+        scene_labels=spec.scene_labels,
+        rows_per_shard=spec.rows_per_shard,
+        replace=replace,
+        fsync=fsync,
+    )
     with VinOfflineStoreReader(store_dir) as reader:
         shard_ids = reader.manifest.shard_ids
         flags = reader.manifest.materialized_blocks.model_dump()

@@ -36,7 +36,9 @@ Task runtime. A command handler is a widget method marked with :func:`command`::
   (it raises :class:`CommandCancelled`); ``ctx.check_cancelled()`` checks without
   reporting; ``ctx.call(func)`` runs a blocking call that has no progress hook on a
   helper thread and raises :class:`CommandCancelled` as soon as the user cancels,
-  leaving the (read-only) call to wind down in the background with its result dropped.
+  leaving the (read-only) call to wind down in the background with its result dropped;
+  ``ctx.cancel_token`` is a :class:`vinlens.operations.CancelToken` on the same cancel, for
+  an engine operation (its ``OperationCancelled`` ends the command as cancelled).
 - ``ctx.trigger`` says who started the command: the command's name when the browser
   sent it, or what :meth:`VinlensWidget.start_command` was given.
 - The handler returns JSON-safe data (or a record, which is converted) and raises
@@ -59,14 +61,15 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import anywidget
 import traitlets
 
+from vinlens.operations import OperationCancelled
 from vinlens.widgets._assets import STATIC_DIR, WidgetAsset, widget_asset
 from vinlens.widgets._payload import split_buffers, to_jsonable
 from vinlens.widgets._runtime import (
@@ -93,6 +96,8 @@ __all__ = [
     "reject_unknown_kwargs",
     "widget_asset",
 ]
+
+T = TypeVar("T")
 
 _MAX_ID_LENGTH = 128
 #: Worker threads per widget: exclusive commands take at most one, so quick
@@ -146,6 +151,7 @@ class VinlensWidget(anywidget.AnyWidget):
         self._flight: CommandTask | None = None
         self._last_flight: CommandTask | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
         self.replies: list[dict[str, Any]] = []  # last replies, newest last (for tests/debugging)
         super().__init__(**kwargs)
         self.on_msg(self._on_custom_msg)
@@ -193,10 +199,21 @@ class VinlensWidget(anywidget.AnyWidget):
     def _known(self) -> str:
         return ", ".join(sorted(self._commands)) or "none"
 
-    def _admit(self, spec: _CommandSpec, ctx: CommandContext) -> CommandTask:
-        """Register a task for ``spec``; raise _Busy when single flight refuses it."""
+    def _admit(
+        self, spec: _CommandSpec, ctx: CommandContext, *, as_last: bool = True
+    ) -> CommandTask:
+        """Register a task for ``spec``; raise _Busy when single flight refuses it.
+
+        ``as_last=False`` takes the flight without becoming :attr:`last_task` (work run
+        by a Python method on the caller's thread, which the caller already waited for).
+        """
         task = CommandTask(spec.name, ctx, exclusive=spec.exclusive)
         with self._tasks_lock:
+            if self._closed:
+                raise _Busy(
+                    f"{spec.name!r} cannot start: this {type(self).__name__} was closed; "
+                    "create a new widget"
+                )
             if spec.exclusive:
                 running = self._flight
                 if running is not None:
@@ -205,7 +222,9 @@ class VinlensWidget(anywidget.AnyWidget):
                         or f"{spec.name!r} cannot start: {running.name!r} is already running "
                         "in this widget; wait for it or cancel it"
                     )
-                self._flight = self._last_flight = task
+                self._flight = task
+                if as_last:
+                    self._last_flight = task
             self._tasks[ctx.request_id] = task
         return task
 
@@ -240,6 +259,7 @@ class VinlensWidget(anywidget.AnyWidget):
         lock = getattr(self, "_tasks_lock", None)  # None when __init__ failed early
         if lock is not None:
             with lock:
+                self._closed = True
                 executor, self._executor = self._executor, None
             if executor is not None:
                 executor.shutdown(wait=False)
@@ -312,29 +332,67 @@ class VinlensWidget(anywidget.AnyWidget):
         try:
             data = getattr(self, spec.method)(args, ctx)
         except BaseException as exc:  # KeyboardInterrupt in user code too: report, keep kernel
-            cancelled = isinstance(exc, CommandCancelled)
+            # An engine stopped through ctx.cancel_token ends the same way as a ctx check.
+            cancelled = isinstance(exc, CommandCancelled | OperationCancelled)
             if cancelled:
                 message = f"{spec.name}: {exc}"
             elif isinstance(exc, CommandError):
                 message = str(exc)
             else:
                 message = f"{spec.name} failed: {type(exc).__name__}: {exc}"
-            shown = None if isinstance(exc, CommandError | CommandCancelled) else exc
+            shown = None if cancelled or isinstance(exc, CommandError) else exc
             # State first, reply last: whoever waits for the reply (or the task) sees the
             # final status, and may start the next exclusive command at once.
             if cancelled:
-                self.status = "idle"
+                self._settle_status(task)
             else:
                 self._report_error(ctx.request_id, message, shown)
             self._end(task, None, exc)
             tb = "".join(traceback.format_exception(shown)) if shown is not None else ""
             self._send_error_reply(ctx.request_id, message, tb, cancelled=cancelled)
         else:
-            self.status = "idle"
+            self._settle_status(task)
             self._end(task, data, None)
             self._send_message(
                 {"kind": "result", "id": ctx.request_id, "data": data if data is not None else {}}
             )
+
+    def _settle_status(self, ending: CommandTask) -> None:
+        """``idle`` once ``ending`` ends, unless another command of this widget still runs.
+
+        A quick side command next to a long exclusive scan must not tell the browser the
+        widget is idle while the scan goes on.
+        """
+        with self._tasks_lock:
+            others = any(task is not ending for task in self._tasks.values())
+        self.status = "busy" if others else "idle"
+
+    def run_in_flight(
+        self, name: str, func: Callable[[CommandContext], T], *, trigger: str | None = None
+    ) -> T:
+        """Run ``func(ctx)`` on this thread as exclusive command ``name`` would run.
+
+        For a Python method that does a command's work itself (``analyze()``): it takes
+        the widget's single flight, so it is refused (RuntimeError, the command's ``busy``
+        words) while that command or another exclusive one runs, and a browser command
+        is refused while it runs. Status and replies are left alone: the caller gets the
+        result or the exception directly.
+        """
+        spec = self._commands.get(name)
+        if spec is None:
+            raise KeyError(f"unknown command {name!r}; this widget knows: {self._known()}")
+        ctx = CommandContext(self, f"{name}-{uuid.uuid4().hex}", trigger=trigger or f"{name}()")
+        try:
+            task = self._admit(spec, ctx, as_last=False)
+        except _Busy as exc:
+            raise RuntimeError(str(exc)) from None
+        try:
+            result = func(ctx)
+        except BaseException as exc:
+            self._end(task, None, exc)
+            raise
+        self._end(task, result, None)
+        return result
 
     def _end(self, task: CommandTask, result: Any, exception: BaseException | None) -> None:
         self._release(task)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from vinlens.operations import CancelToken
+
 __all__ = [
     "CommandCancelled",
     "CommandContext",
@@ -61,6 +63,16 @@ class CommandContext:
     @property
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
+
+    @property
+    def cancel_token(self) -> CancelToken:
+        """A :class:`vinlens.operations.CancelToken` on this command's cancel event.
+
+        Give it to an engine operation (``cancel=ctx.cancel_token``): the browser's cancel
+        then stops the engine at its next check, and the ``OperationCancelled`` it raises
+        ends the command as cancelled, like :meth:`check_cancelled` does.
+        """
+        return CancelToken(self.cancel_event)
 
     def check_cancelled(self) -> None:
         if self.cancel_event.is_set():

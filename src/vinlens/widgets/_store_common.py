@@ -13,11 +13,13 @@ from __future__ import annotations
 import base64
 import html
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from vinlens.export import display_text
+from vinlens.operations import OperationCancelled
 from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError, normalize_location
 from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
@@ -85,6 +87,10 @@ class AcquisitionState:
         self._with_unit = with_unit
         #: The error of the last run (None when it succeeded or was cancelled).
         self.error: BaseException | None = None
+        # Request id of the run whose progress may still be published: an engine thread
+        # left winding down after a cancel must not publish "running" over "cancelled".
+        self._open: str | None = None
+        self._lock = threading.Lock()
 
     def wait(self, timeout: float | None, what: str) -> None:
         """Block until the widget's latest read ends; raise its error. ``what`` names it."""
@@ -94,7 +100,7 @@ class AcquisitionState:
         if not task.join(timeout):
             raise TimeoutError(f"{what} not ready after {timeout}s")
         task_error = task.exception
-        if task_error is None or isinstance(task_error, CommandCancelled):
+        if task_error is None or isinstance(task_error, CommandCancelled | OperationCancelled):
             return
         # The original error (a missing file, a replaced store), not its CommandError.
         raise self.error if self.error is not None else task_error
@@ -120,8 +126,30 @@ class AcquisitionState:
             unit if self._with_unit else None,
         )
 
+    def publish_running(
+        self,
+        ctx: CommandContext,
+        trigger: str,
+        step: str,
+        done: int = 0,
+        total: int = 0,
+        unit: str = "",
+    ) -> None:
+        """Publish a running step of ``ctx``'s run; raise CommandCancelled once it was
+        cancelled or ended (then nothing is published)."""
+        with self._lock:
+            if ctx.cancelled or self._open != ctx.request_id:
+                raise CommandCancelled("cancelled by the user")
+            self._widget.acquisition = self.running(ctx, trigger, step, done, total, unit)
+
     def finish(self, ctx: CommandContext, trigger: str, state: str, message: str = "") -> None:
-        """Publish the end state, keeping the last progress numbers."""
+        """Publish the end state, keeping the last progress numbers; the run is closed."""
+        with self._lock:
+            if self._open == ctx.request_id:
+                self._open = None
+            self._publish_end(ctx, trigger, state, message)
+
+    def _publish_end(self, ctx: CommandContext, trigger: str, state: str, message: str) -> None:
         previous = self._widget.acquisition
         self._widget.acquisition = acquisition_state(
             ctx,
@@ -144,12 +172,14 @@ class AcquisitionState:
         """
         widget = self._widget
         self.error = None
+        with self._lock:
+            self._open = ctx.request_id
         widget.status = "busy"
         widget.error = ""
         widget.error_traceback = ""
         try:
             yield
-        except CommandCancelled:
+        except (CommandCancelled, OperationCancelled):
             self.finish(ctx, trigger, "cancelled", "cancelled by the user")
             widget.status = "idle"
             raise

@@ -30,14 +30,12 @@ import numpy as np
 import traitlets
 
 from vinlens.export import display_text
-from vinlens.store.access import open_store_access
+from vinlens.store.access import StoreAccessError
 from vinlens.store.coverage import (
     VinOfflineCoverageSceneDiagnostic,
     VinOfflineCoverageStats,
     collect_vin_offline_dataset_coverage,
-    display_name,
-    find_raw_tar_shards,
-    snippet_pairs_from_member_names,
+    raw_snippets_by_scene,
 )
 from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
 from vinlens.store.reader import (
@@ -45,7 +43,7 @@ from vinlens.store.reader import (
     VinOfflineStoreReader,
     capture_store_generation,
 )
-from vinlens.store.tarscan import TarScanError, list_tar_member_names
+from vinlens.store.tarscan import TarScanError
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,
@@ -169,7 +167,7 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
         self._record: VinOfflineCoverageStats | None = None
         self._generation: StoreGeneration | None = None
         self._store_by_scene: dict[str, set[str]] = {}
-        self._raw_by_scene: dict[str, set[str]] | None = None
+        self._raw_by_scene: Mapping[str, frozenset[str]] | None = None
         self._index_lock = threading.Lock()
         self._acq = AcquisitionState(self)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
@@ -306,9 +304,9 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
         outside = sorted(s for sc, s in record.outside_examples if sc == scene_id)
         source = "record"
         if len(missing) != row.missing_in_store or len(outside) != row.outside_dataset:
-            raw = self._raw_index(ctx)
+            raw = self._raw_snippets(ctx)
             self._check_generation()
-            raw_snippets = raw.get(scene_id, set())
+            raw_snippets = raw.get(scene_id, frozenset())
             store_snippets = self._store_by_scene.get(scene_id, set())
             missing = sorted(raw_snippets - store_snippets)
             outside = sorted(store_snippets - raw_snippets)
@@ -343,35 +341,22 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
                 "computed; Rescan to compare the new store"
             )
 
-    def _raw_index(self, ctx: CommandContext | None) -> dict[str, set[str]]:
-        """Raw snippet ids per scene, from one more pass over the tar headers (cached)."""
+    def _raw_snippets(self, ctx: CommandContext | None) -> Mapping[str, frozenset[str]]:
+        """Raw snippet ids per scene from the engine (its per-tar partials are cached)."""
         with self._index_lock:
             if self._raw_by_scene is not None:
                 return self._raw_by_scene
             record = self._record
-        raw_dir = self._config.raw_dataset_dir
-        assert raw_dir is not None and record is not None
-        options = self._config.storage_options
-        access = open_store_access(raw_dir, options)
-        by_scene: dict[str, set[str]] = defaultdict(set)
+        assert record is not None
         try:
-            tars = find_raw_tar_shards(raw_dir, options)[: record.tar_shards_scanned]
-            for done, rel in enumerate(tars):
-                if ctx is not None:
-                    ctx.progress(done, len(tars))
-                with access.open_binary(rel) as handle:
-                    names = list_tar_member_names(
-                        handle, name=access.describe(rel), regular_only=True
-                    )
-                pairs, _bad = snippet_pairs_from_member_names(names)
-                for scene, snippet in pairs:
-                    # The record names scenes as display_name does (valid, readable text).
-                    by_scene[display_name(scene)].add(display_name(snippet))
-        except TarScanError as exc:
+            index = raw_snippets_by_scene(
+                self._config,
+                max_tars=record.tar_shards_scanned,
+                progress_cb=None if ctx is None else ctx.progress,
+                executor=self._store_executor,
+            )
+        except (TarScanError, StoreAccessError) as exc:
             raise CommandError(str(exc)) from exc
-        finally:
-            access.close()
-        index = dict(by_scene)
         with self._index_lock:
             if self._record is record:
                 self._raw_by_scene = index

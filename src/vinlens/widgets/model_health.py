@@ -268,9 +268,11 @@ class ModelHealthWidget(ModuleTableState, TableExport):
         """Run the health engines on ``run`` now (on this thread) and show the records.
 
         Returns what the browser's Analyze command returns: the mode, the NaN origin's
-        path (or None) and the first divergent module path in diff mode.
+        path (or None) and the first divergent module path in diff mode. Refused
+        (RuntimeError) while the Analyze command runs: two analyses hooking the same
+        model at once would count every forward twice.
         """
-        return self._analyze(None)
+        return self.run_in_flight("analyze", lambda _ctx: self._analyze(None))
 
     def _analyze(self, ctx: CommandContext | None) -> dict[str, Any]:
         from vinlens import health

@@ -345,7 +345,7 @@ class StoreDashboardWidget(BrowserSafeState):
         unit: str = "",
     ) -> None:
         """Publish where the acquisition is; raises CommandCancelled once cancelled."""
-        self.acquisition = self._acq.running(ctx, trigger, step, done, total, unit)
+        self._acq.publish_running(ctx, trigger, step, done, total, unit)
         ctx.progress(done, total)
 
     def _acquire(self, ctx: CommandContext, trigger: str) -> dict[str, Any]:

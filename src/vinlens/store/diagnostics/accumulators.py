@@ -1,7 +1,8 @@
 """Small accumulators, one per kind of statistic, each with ``update``, ``merge`` and ``finish``.
 
 ``update(window)`` takes one window of rows read from one shard; ``merge(other)`` folds
-another accumulator of the same kind (``other`` is consumed) and is associative, exactly,
+another accumulator of the same kind into this one and returns it, never changing
+``other`` (the one rule of :mod:`vinlens.operations`), and is associative, exactly,
 so a store's result does not depend on how its shards were grouped; ``finish()`` returns
 the record fields. State is bounded by the histogram, reservoir and listing limits, never
 by the number of rows, so the accumulators after one shard are that shard's *partial*:
@@ -10,6 +11,7 @@ small and picklable.
 
 from __future__ import annotations
 
+import copy
 import math
 import zlib
 from collections import Counter
@@ -63,7 +65,8 @@ def _merge_dict(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         if key in mine:
             mine[key].merge(value)
         else:
-            mine[key] = value
+            # A copy: later merges into ``mine`` must not reach into ``theirs``.
+            mine[key] = copy.deepcopy(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -193,7 +196,7 @@ class LabelStats:
             self.duplicate_ids[shard_id] += 1
         return unique
 
-    def merge(self, other: LabelStats) -> None:
+    def merge(self, other: LabelStats) -> LabelStats:
         self.summary_rows = self.summary_rows | other.summary_rows
         self.candidate_count.merge(other.candidate_count)
         self.rri.merge(other.rri)
@@ -209,6 +212,7 @@ class LabelStats:
         self.unpaired_count += other.unpaired_count
         self.nonfinite.update(other.nonfinite)
         self.duplicate_ids.update(other.duplicate_ids)
+        return self
 
     def finish(self) -> dict[str, Any]:
         """Record fields (``candidate_count``, ``rri`` ... ``rri_pairing_unavailable_count``)."""
@@ -293,11 +297,12 @@ class PoseStats:
             self.summaries[name].update(series)
             self.values[name].update(where, series)
 
-    def merge(self, other: PoseStats) -> None:
+    def merge(self, other: PoseStats) -> PoseStats:
         for name in POSE_DIAGNOSTICS:
             self.summaries[name].merge(other.summaries[name])
             self.values[name].merge(other.values[name])
         self.nonfinite.update(other.nonfinite)
+        return self
 
     def finish(self) -> dict[str, Any]:
         seen = [name for name in POSE_DIAGNOSTICS if self.summaries[name].count]
@@ -341,12 +346,13 @@ class BackboneStats:
             self.nonfinite[(window.shard_id, window.block)] += bad
         self.rows[window.field] += window.rows
 
-    def merge(self, other: BackboneStats) -> None:
+    def merge(self, other: BackboneStats) -> BackboneStats:
         _merge_dict(self.moments, other.moments)
         self.rows.update(other.rows)
         for name, shape in other.shapes.items():
             self.shapes.setdefault(name, shape)
         self.nonfinite.update(other.nonfinite)
+        return self
 
     def finish(self) -> list[tuple[str, tuple[int, ...], int, tuple[Any, ...], tuple[Any, ...]]]:
         """Per field, by name: ``(field, row shape, sampled rows, moments, (min, max))``.
@@ -399,12 +405,13 @@ class VinPointStats:
             if si in self.summary_rows:
                 self.row_points[si] = int(n)
 
-    def merge(self, other: VinPointStats) -> None:
+    def merge(self, other: VinPointStats) -> VinPointStats:
         self.summary_rows = self.summary_rows | other.summary_rows
         self.summary.merge(other.summary)
         self.values.merge(other.values)
         self.row_points.update(other.row_points)
         self.nonfinite.update(other.nonfinite)
+        return self
 
     def finish(self) -> dict[str, Any]:
         return {
@@ -444,9 +451,10 @@ class MemoryStats:
         fixed = window.oracle_bytes + window.pose_bytes + window.backbone_bytes
         self.counts["total"].update(fixed + b for b in window.vin_bytes)
 
-    def merge(self, other: MemoryStats) -> None:
+    def merge(self, other: MemoryStats) -> MemoryStats:
         for name in MEMORY_COMPONENTS:
             self.counts[name].update(other.counts[name])
+        return self
 
     def finish(self) -> list[VinOfflineMemoryDiagnostic]:
         out = []
@@ -493,7 +501,7 @@ class IntegrityStats:
         count, first = self.unreadable.get(shard_id, (0, problem))
         self.unreadable[shard_id] = (count + 1, first)
 
-    def merge(self, other: IntegrityStats) -> None:
+    def merge(self, other: IntegrityStats) -> IntegrityStats:
         self.checks.extend(other.checks)
         for key, problem in other.corrupt.items():
             self.corrupt.setdefault(key, problem)
@@ -504,6 +512,7 @@ class IntegrityStats:
             )
         self.nonfinite.update(other.nonfinite)
         self.duplicate_ids.update(other.duplicate_ids)
+        return self
 
     def finish(
         self, describe_shard: Any, extra: list[StoreIntegrityProblem]

@@ -22,6 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vinlens.operations import (
+    OperationCancelled,
+    ProgressCallback,
+    check_executor,
+    executor_workers,
+    run_operation,
+)
 from vinlens.store.diagnostics.accumulators import StatsPartial
 from vinlens.store.diagnostics.records import (
     BATCH_PREVIEW_SIZE,
@@ -204,14 +211,6 @@ def _plans(reader: VinOfflineStoreReader, max_samples: int | None) -> list[Shard
     return plans
 
 
-def _executor_workers(executor: concurrent.futures.Executor) -> int:
-    """The executor's worker count where it says (the stdlib pools), else this machine's cores."""
-    workers = getattr(executor, "_max_workers", None)
-    if isinstance(workers, int) and workers > 0:
-        return workers
-    return os.cpu_count() or 1
-
-
 def _tasks(
     reader: VinOfflineStoreReader,
     config: VinOfflineStoreConfig,
@@ -244,24 +243,19 @@ def _tasks(
     return tasks
 
 
-ProgressCallback = Callable[[int, int], None]
-
-
 def _fold_in_process(
-    reader: VinOfflineStoreReader, plans: list[ShardPlan], progress_cb: ProgressCallback | None
+    reader: VinOfflineStoreReader,
+    plans: list[ShardPlan],
+    progress_cb: ProgressCallback | None,
 ) -> StatsPartial:
-    total = sum(len(plan.rows) for plan in plans)
-    done = 0
-    if progress_cb is not None:
-        progress_cb(0, total)
-    partial = StatsPartial()
-    for plan in plans:
-        partial.merge(scan_shard(reader, plan))
-        if plan.rows:
-            done += len(plan.rows)
-            if progress_cb is not None:
-                progress_cb(done, total)
-    return partial
+    """One task per shard, here, on the already open reader."""
+    return run_operation(
+        plans,
+        lambda plan: scan_shard(reader, plan),
+        start=StatsPartial,
+        progress=progress_cb,
+        weight=lambda plan: len(plan.rows),
+    )
 
 
 def _fold_on_executor(
@@ -270,37 +264,15 @@ def _fold_on_executor(
     progress_cb: ProgressCallback | None,
 ) -> StatsPartial:
     """Run tasks on ``executor``; fold results in task order; report progress as they finish."""
-    total = sum(task.rows for task in tasks)
-    done = 0
-    if progress_cb is not None:
-        progress_cb(0, total)
-    partial = StatsPartial()
-    pending: dict[concurrent.futures.Future[StatsPartial], int] = {}
-    finished: dict[int, StatsPartial] = {}
-    next_submit = 0
-    next_fold = 0
-    try:
-        while next_fold < len(tasks):
-            while next_submit < len(tasks) and len(pending) + len(finished) < _IN_FLIGHT:
-                pending[executor.submit(run_shard_task, tasks[next_submit])] = next_submit
-                next_submit += 1
-            completed, _ = concurrent.futures.wait(
-                pending, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for future in completed:
-                index = pending.pop(future)
-                finished[index] = future.result()
-                if tasks[index].rows:
-                    done += tasks[index].rows
-                    if progress_cb is not None:
-                        progress_cb(done, total)
-            while next_fold in finished:
-                partial.merge(finished.pop(next_fold))
-                next_fold += 1
-    finally:
-        for future in pending:
-            future.cancel()
-    return partial
+    return run_operation(
+        tasks,
+        run_shard_task,
+        start=StatsPartial,
+        executor=executor,
+        progress=progress_cb,
+        weight=lambda task: task.rows,
+        max_in_flight=_IN_FLIGHT,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -530,8 +502,10 @@ def inspect_vin_offline_dataset_stats(
 
     ``executor`` (any ``concurrent.futures.Executor``: a ``ProcessPoolExecutor``, or
     ``distributed.Client(...).get_executor()``) runs the per-shard partials; ``None``
-    runs them here. The record is equal (``==``) either way.
+    runs them here. The record is equal (``==``) either way; anything else is a
+    ``TypeError`` naming what is accepted.
     """
+    check_executor(executor)
     return inspect_vin_offline_dataset_stats_with_progress(request, None, executor=executor)
 
 
@@ -550,6 +524,7 @@ def inspect_vin_offline_dataset_stats_with_progress(
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
     stops the acquisition: pending tasks are cancelled and the exception propagates.
     """
+    check_executor(executor)
     # The config travels to workers: a path or URL plus storage options, never a handle.
     config = VinOfflineStoreConfig(
         store_dir=request.selection.store_dir,
@@ -574,13 +549,13 @@ def inspect_vin_offline_dataset_stats_with_progress(
                 try:
                     partial = _fold_on_executor(
                         executor,
-                        _tasks(reader, config, request, plans, _executor_workers(executor)),
+                        _tasks(reader, config, request, plans, executor_workers(executor)),
                         progress_cb,
                     )
                 finally:
                     release_worker_readers(request)
             result = build_stats_record(reader, partial, request)
-        except VinOfflineStoreReplacedError:
+        except (VinOfflineStoreReplacedError, OperationCancelled):
             raise
         except Exception as exc:
             if _current_generation(config) != request.generation:
@@ -611,20 +586,31 @@ def collect_vin_offline_dataset_stats(
     ``concurrent.futures.Executor`` (see :func:`inspect_vin_offline_dataset_stats`).
     Equivalent to capturing a request and inspecting it at once.
     """
+    check_executor(executor)
     request = capture_vin_offline_dataset_stats_request(store, max_samples=max_samples)
     return inspect_vin_offline_dataset_stats(request, executor=executor)
 
 
+#: Seconds :func:`dask_executor` waits for a scheduler's first worker by default.
+DASK_WORKER_TIMEOUT = 30.0
+
+
 @contextlib.contextmanager
 def dask_executor(
-    address: str | None = None, **client_kwargs: Any
+    address: str | None = None, *, worker_timeout: float = DASK_WORKER_TIMEOUT, **client_kwargs: Any
 ) -> Iterator[concurrent.futures.Executor]:
     """A ``concurrent.futures.Executor`` on a Dask cluster, for ``with`` blocks.
 
     ``address`` is the scheduler's (``None`` starts a local cluster); ``client_kwargs``
-    go to ``distributed.Client``. The client closes when the block ends. Needs the
-    ``vinlens[dask]`` extra.
+    go to ``distributed.Client``. The block starts once the scheduler has a worker: a
+    scheduler with none after ``worker_timeout`` seconds raises ``TimeoutError`` naming
+    its address and worker count (tasks sent to it would wait forever). The client
+    closes when the block ends. Needs the ``vinlens[dask]`` extra.
     """
+    if isinstance(worker_timeout, bool) or not isinstance(worker_timeout, int | float):
+        raise TypeError(f"worker_timeout must be a number of seconds, got {worker_timeout!r}")
+    if not worker_timeout > 0:
+        raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout!r}")
     try:
         # Imported by name: distributed ships no type hints, and it is an optional extra.
         distributed: Any = importlib.import_module("distributed")
@@ -634,6 +620,25 @@ def dask_executor(
         ) from exc
     client = distributed.Client(address, **client_kwargs)
     try:
+        try:
+            client.wait_for_workers(1, timeout=worker_timeout)
+        except TimeoutError:
+            raise _no_workers(client, address, worker_timeout) from None
         yield client.get_executor()
     finally:
         client.close()
+
+
+def _no_workers(client: Any, address: str | None, timeout: float) -> TimeoutError:
+    where = address
+    try:
+        info = client.scheduler_info()
+        count = len(info.get("workers", {}))
+        where = info.get("address") or address
+    except Exception:  # the scheduler went away while we asked: say what we know
+        count = 0
+    return TimeoutError(
+        f"the Dask scheduler at {where} has {count} worker{'s' if count != 1 else ''} after "
+        f"waiting {timeout:g} s; start a worker (dask worker {where}) or use a scheduler "
+        "that has workers"
+    )

@@ -82,11 +82,12 @@ class Summary:
         self.minimum = min(self.minimum, float(values.min()))
         self.maximum = max(self.maximum, float(values.max()))
 
-    def merge(self, other: Summary) -> None:
+    def merge(self, other: Summary) -> Summary:
         self.count += other.count
         self.total += other.total
         self.minimum = min(self.minimum, other.minimum)
         self.maximum = max(self.maximum, other.maximum)
+        return self
 
     def finish(self) -> NumericSummary:
         if self.count == 0:
@@ -314,7 +315,7 @@ class Moments:
         self.q += sum(v * v for v in values)
         self.abs_total += sum(abs(v) for v in values)
 
-    def merge(self, other: Moments) -> None:
+    def merge(self, other: Moments) -> Moments:
         self.count += other.count
         self.s += other.s
         self.q += other.q
@@ -328,6 +329,7 @@ class Moments:
                 self.counts16 = other.counts16.copy()
             else:
                 self.counts16 = self.counts16 + other.counts16
+        return self
 
     def _exact_totals(self) -> tuple[int, int, int, int, int]:
         """``(n, S, Q, |x| sum, nonzero)`` over both kinds of input, exact."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,17 +219,39 @@ def check_max_samples(value: object) -> int | None:
     """The one ``max_samples`` rule, for the engine, the CLI and the widgets.
 
     ``None`` scans every row; an integer ``n >= 0`` scans at most ``n`` rows (``0`` reads
-    only the manifest, the sample index and the integrity checks: no payload rows). A
-    float with an integral value (JSON numbers from a browser) counts as that integer;
-    booleans, negative numbers and anything else raise :class:`ValueError` naming the
-    value. Returns the normalised value.
+    only the manifest, the sample index and the integrity checks: no payload rows). Every
+    number with an integral value counts as that integer, whatever its type: Python and
+    numpy integers (``np.int64(5)``), and floats with an integral value (``8.0``, the JSON
+    numbers of a browser); booleans, fractional, negative or non-finite numbers and
+    anything that is not a number raise :class:`ValueError` naming the value. Returns the
+    normalised value (a Python ``int``).
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, numbers.Integral) and not _is_bool(value):
+        count = int(value)
+    elif (
+        isinstance(value, numbers.Number)
+        and not isinstance(value, numbers.Integral)
+        and not isinstance(value, complex)
+        and _integral_value(value)
+    ):
+        count = int(value)  # type: ignore[call-overload]
+    else:
         raise ValueError(f"max_samples must be None or an integer >= 0, got {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+    if count < 0:
         raise ValueError(f"max_samples must be None or an integer >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"max_samples must be None or an integer >= 0, got {value!r}")
-    return int(value)
+    return count
+
+
+def _is_bool(value: object) -> bool:
+    # numpy's bool_ is not a bool subclass (nor numbers.Integral), but say so by name.
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
+
+
+def _integral_value(value: object) -> bool:
+    try:
+        wide = float(value)  # type: ignore[arg-type]
+        return math.isfinite(wide) and value == int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        return False

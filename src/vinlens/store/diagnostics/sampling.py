@@ -187,13 +187,15 @@ class Reservoir:
     def update(self, positions: np.ndarray, values: np.ndarray) -> None:
         self.add(positions, values)
 
-    def merge(self, other: Reservoir) -> None:
-        """Fold ``other`` (same salt and width) into this one."""
+    def merge(self, other: Reservoir) -> Reservoir:
+        """Fold ``other`` (same salt and width) into this one; ``other`` is left as it was."""
         # Pending like added values: a fold over many shards compacts once per ``limit``
-        # new rows, not once per shard.
-        other._compact()
+        # new rows, not once per shard. ``_push`` only reads the arrays (filters copy).
         if other.position.size:
             self._push(other.position, other.values, other.priority)
+        for positions, values, priority in other._pending:
+            self._push(positions, values, priority)
+        return self
 
     def rows(self) -> np.ndarray:
         self._compact()

@@ -1,0 +1,119 @@
+"""Cost of training-time health against plain training steps, with detect_anomaly beside it.
+
+Targets: a monitored loop at ``every=100`` <= 1.03x of a plain loop (amortised), a sampled
+step <= 1.5x, ``find_nonfinite_gradient_origin`` <= 2.5x of a plain step. The peer,
+``torch.autograd.detect_anomaly(check_nan=True)``, runs on the same steps.
+
+A step is ``zero_grad``, forward, loss and backward of the light CNNs of
+``benchmarks/cnn_models.py`` (torch.nn only, train mode, random weights) on one batch;
+the optimizer step (the same in every variant) is left out, so the ratios are the
+conservative ones. The unsampled monitored step costs one fused norm over every
+gradient, so its ratio is about the time to read the gradients once over the step time:
+small batches of a parameter-heavy model (resnet50) are its worst case. Repetitions interleave the variants (in a shuffled order each time); ratios are of median
+main-thread CPU time, torch on one thread. The amortised ratio at ``every=100`` is
+``(99 * unsampled + sampled) / (100 * plain)`` from the measured medians (the monitor
+does nothing else between its sampled steps).
+
+    python benchmarks/bench_training_monitor.py [--quick] [--models ...] [--size 128] [--batch 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from cnn_models import MODELS
+from vinlens.health import TrainingMonitor, find_nonfinite_gradient_origin
+
+
+def cpu_time(work: Callable[[], object]) -> float:
+    start = time.thread_time()
+    work()
+    return time.thread_time() - start
+
+
+def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str, list[float]]:
+    target = torch.randint(0, 10, (batch.shape[0],))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(model(batch), target)
+        loss.backward()
+        return loss
+
+    # every=1 samples each step, every=2**62 never does after step 0: the two kinds of
+    # monitored step, measured side by side with the plain one.
+    sampled = TrainingMonitor(model, every=1)
+    unsampled = TrainingMonitor(model, every=2**62)
+    unsampled.run_step(step)  # step 0 is sampled; from here on it never is
+    step()  # warm-up
+
+    def anomaly() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # detect_anomaly warns that it is slow
+            with torch.autograd.detect_anomaly(check_nan=True):
+                step()
+
+    work: dict[str, Callable[[], object]] = {
+        "plain": step,
+        "unsampled": lambda: unsampled.run_step(step),
+        "sampled": lambda: sampled.run_step(step),
+        "origin": lambda: find_nonfinite_gradient_origin(model, step),
+        "anomaly": anomaly,
+    }
+    times: dict[str, list[float]] = {name: [] for name in work}
+    order = list(work)
+    shuffle = random.Random(0).shuffle
+    for _ in range(repetitions):
+        shuffle(order)  # no variant always runs right after the same other one
+        for name in order:
+            times[name].append(cpu_time(work[name]))
+    return times
+
+
+def verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.3f}x (<= {target}x {'PASS' if ratio <= target else 'MISS'})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 5")
+    parser.add_argument("--models", nargs="*", choices=sorted(MODELS), default=list(MODELS))
+    parser.add_argument("--size", type=int, default=128, help="image side (default 128)")
+    parser.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
+    args = parser.parse_args()
+    repetitions = 3 if args.quick else 5
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    batch = torch.randn(args.batch, 3, args.size, args.size)
+    print(
+        f"training health vs plain steps: batch {args.batch} x 3 x {args.size} x {args.size}, "
+        f"train mode, cross-entropy, 1 torch thread; {repetitions} interleaved repetitions, "
+        "medians of CPU time"
+    )
+    for name in args.models:
+        model = MODELS[name](10).train()
+        times = measure(model, batch, repetitions)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        plain = med["plain"]
+        unsampled = med["unsampled"] / plain
+        sampled = med["sampled"] / plain
+        amortised = (99 * unsampled + sampled) / 100
+        print(
+            f"  {name:<20} plain step {plain * 1e3:7.1f} ms | monitored every=100 "
+            f"{verdict(amortised, 1.03)} (unsampled {unsampled:.3f}x) | sampled step "
+            f"{verdict(sampled, 1.5)} | gradient origin {verdict(med['origin'] / plain, 2.5)} | "
+            f"detect_anomaly {med['anomaly'] / plain:.3f}x (peer)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,593 @@
+"""Health of a training loop at almost no cost: :class:`TrainingMonitor`.
+
+Every step costs one fused norm over the parameters' gradients and one scalar read:
+a step whose gradients hold NaN or Inf is replayed once, from the random-number state
+saved when it started, under :func:`find_nonfinite_gradient_origin`, and recorded as a
+:class:`NonFiniteEvent` (raising :class:`NonFiniteGradientError` before the caller's
+optimizer step, unless told to only record). One step in ``every`` is *sampled*: module
+hooks are armed for that step only, fold each module's outputs into a summary, and the
+gradient norm of each module's own parameters is read after the backward. The samples
+live in a ring of the last :data:`HISTORY_SAMPLES` sampled steps beside streaming totals
+over every sampled step, so memory does not grow with the length of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import types
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health.stats import ActivationAccumulator
+from vinlens.health.summaries import check_callable, check_model, labelled_modules
+from vinlens.hooks import HookSet
+from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
+from vinlens.operations import chan_merge
+
+__all__ = [
+    "HISTORY_SAMPLES",
+    "HistoryMatrix",
+    "ModuleHistory",
+    "ModuleTotals",
+    "MonitorTotals",
+    "NonFiniteEvent",
+    "NonFiniteGradientError",
+    "TrainingHistory",
+    "TrainingMonitor",
+]
+
+#: Sampled steps kept in the ring of :attr:`TrainingMonitor.history` (older ones live on
+#: only in the totals).
+HISTORY_SAMPLES = 512
+
+_Result = TypeVar("_Result")
+_SUMMARY_FIELDS = (
+    "count",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "abs_max",
+    "zero_fraction",
+    "nan_count",
+    "posinf_count",
+    "neginf_count",
+)
+_GRAD_NORM = len(_SUMMARY_FIELDS)
+#: Columns of :meth:`TrainingMonitor.history_matrix`.
+HistoryField = Literal[
+    "grad_norm",
+    "count",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "abs_max",
+    "zero_fraction",
+    "nan_count",
+    "posinf_count",
+    "neginf_count",
+]
+_COLUMNS: dict[str, int] = {name: i for i, name in enumerate(_SUMMARY_FIELDS)} | {
+    "grad_norm": _GRAD_NORM
+}
+
+
+@dataclass(frozen=True)
+class NonFiniteEvent:
+    """A training step whose parameter gradients held NaN or Inf.
+
+    Attributes:
+        step: The step number (0 for the first :meth:`TrainingMonitor.run_step` call).
+        origin: Where the replayed step's gradients first became non-finite; None when
+            the replay stayed finite (a step that does not repeat given the same random
+            state and inputs).
+    """
+
+    step: int
+    origin: GradientOrigin | None
+
+
+class NonFiniteGradientError(RuntimeError):
+    """Raised by :meth:`TrainingMonitor.run_step` for a non-finite step (``on_nonfinite="raise"``).
+
+    Attributes:
+        event: The recorded :class:`NonFiniteEvent`.
+    """
+
+    def __init__(self, event: NonFiniteEvent) -> None:
+        origin = event.origin
+        where = (
+            "the replay stayed finite"
+            if origin is None
+            else f"first made in {origin.module_path!r} (call {origin.call_index})"
+            + (
+                f", parameters {', '.join(origin.parameter_paths)}"
+                if origin.parameter_paths
+                else ""
+            )
+            + (" during the forward" if origin.forward_origin is not None else "")
+        )
+        super().__init__(f"step {event.step}: non-finite parameter gradients, {where}")
+        self.event = event
+
+
+@dataclass(frozen=True)
+class ModuleHistory:
+    """One module over the sampled steps in the ring.
+
+    Attributes:
+        grad_norm: L2 norm of the module's own parameters' gradients, one float per sampled
+            step (NaN when it has no parameter with a gradient).
+        output: Summary of the module's floating outputs (every call), one per sampled step
+            (``count == 0`` when it did not run).
+        grad_norm_total: Statistics of ``grad_norm`` over every sampled step of the run,
+            including those that left the ring.
+        output_total: Summary of the outputs over every sampled step of the run.
+    """
+
+    grad_norm: tuple[float, ...]
+    output: tuple[TensorSummary, ...]
+    grad_norm_total: TensorSummary
+    output_total: TensorSummary
+
+
+@dataclass(frozen=True)
+class TrainingHistory:
+    """The sampled steps of a monitored run.
+
+    Attributes:
+        steps: Step numbers of the sampled steps in the ring, oldest first.
+        modules: Per module path (registration order), its history.
+        steps_run: Steps run so far.
+        samples: Sampled steps so far (``len(steps)`` until the ring is full).
+    """
+
+    steps: tuple[int, ...]
+    modules: Mapping[str, ModuleHistory]
+    steps_run: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class HistoryMatrix:
+    """One statistic of every module over the sampled steps in the ring.
+
+    Attributes:
+        field: ``"grad_norm"`` or a :class:`TensorSummary` field of the outputs.
+        steps: Sampled step numbers, oldest first (the columns).
+        module_paths: The rows.
+        values: ``float64`` array of shape ``(len(module_paths), len(steps))``.
+    """
+
+    field: str
+    steps: tuple[int, ...]
+    module_paths: tuple[str, ...]
+    values: np.ndarray[Any, np.dtype[np.float64]]
+
+
+class _NormMoments:
+    """Moments of one module's gradient norms over the sampled steps (Python floats)."""
+
+    __slots__ = (
+        "count",
+        "finite",
+        "m2",
+        "maximum",
+        "mean",
+        "minimum",
+        "nan",
+        "neginf",
+        "posinf",
+        "zeros",
+    )
+
+    def __init__(self) -> None:
+        self.count = self.finite = self.zeros = self.nan = self.posinf = self.neginf = 0
+        self.mean = self.m2 = 0.0
+        self.minimum, self.maximum = math.inf, -math.inf
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        if math.isnan(value):
+            self.nan += 1
+        elif math.isinf(value):
+            if value > 0:
+                self.posinf += 1
+            else:
+                self.neginf += 1
+        else:
+            self.mean, self.m2 = chan_merge(self.finite, self.mean, self.m2, 1, value, 0.0)
+            self.finite += 1
+            self.zeros += value == 0.0
+            self.minimum = min(self.minimum, value)
+            self.maximum = max(self.maximum, value)
+
+    def merge(self, other: _NormMoments) -> None:
+        self.mean, self.m2 = chan_merge(
+            self.finite, self.mean, self.m2, other.finite, other.mean, other.m2
+        )
+        for name in ("count", "finite", "zeros", "nan", "posinf", "neginf"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+
+    def summary(self) -> TensorSummary:
+        if self.finite == 0:
+            nan = math.nan
+            return TensorSummary(
+                self.count, nan, nan, nan, nan, nan, nan, self.nan, self.posinf, self.neginf
+            )
+        return TensorSummary(
+            count=self.count,
+            mean=self.mean,
+            std=math.sqrt(max(self.m2, 0.0) / self.finite),
+            min=self.minimum,
+            max=self.maximum,
+            abs_max=max(abs(self.minimum), abs(self.maximum)),
+            zero_fraction=self.zeros / self.finite,
+            nan_count=self.nan,
+            posinf_count=self.posinf,
+            neginf_count=self.neginf,
+        )
+
+
+@dataclass(frozen=True)
+class ModuleTotals:
+    """One module over every sampled step of a run (those that left the ring included).
+
+    Attributes:
+        output: Summary of the module's outputs over every sampled step.
+        grad_norm: Statistics of its gradient norm over the sampled steps (``count`` is
+            the number of samples; NaN norms, modules without parameters, are counted as
+            ``nan_count``).
+    """
+
+    output: TensorSummary
+    grad_norm: TensorSummary
+
+
+class MonitorTotals:
+    """Streaming totals behind the history (the accumulator protocol of
+    :mod:`vinlens.operations`): ``update((outputs, grad_norms))`` adds one sampled step,
+    ``merge(other)`` folds another run's totals in without changing it, ``finish()``
+    returns the per-module :class:`ModuleTotals`."""
+
+    def __init__(self, module_paths: Sequence[str]) -> None:
+        self.module_paths = tuple(module_paths)
+        self.outputs = ActivationAccumulator()
+        self.grad_norms = [_NormMoments() for _ in self.module_paths]
+        self.samples = 0
+
+    def update(self, sample: tuple[ActivationAccumulator, Sequence[float]]) -> MonitorTotals:
+        outputs, norms = sample
+        self.outputs.merge(outputs)
+        for moments, norm in zip(self.grad_norms, norms, strict=True):
+            moments.add(norm)
+        self.samples += 1
+        return self
+
+    def merge(self, other: MonitorTotals) -> MonitorTotals:
+        if not isinstance(other, MonitorTotals) or other.module_paths != self.module_paths:
+            raise ValueError(
+                "can only merge the totals of a monitor watching the same module paths"
+            )
+        self.outputs.merge(other.outputs)
+        for mine, theirs in zip(self.grad_norms, other.grad_norms, strict=True):
+            mine.merge(theirs)
+        self.samples += other.samples
+        return self
+
+    def finish(self) -> Mapping[str, ModuleTotals]:
+        outputs = self.outputs.finish().modules
+        empty = SummaryAccumulator().finish()
+        return types.MappingProxyType(
+            {
+                path: ModuleTotals(outputs.get(path, empty), moments.summary())
+                for path, moments in zip(self.module_paths, self.grad_norms, strict=True)
+            }
+        )
+
+
+def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
+    return torch.get_rng_state(), cuda
+
+
+def _restore_rng(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    cpu, cuda = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class TrainingMonitor:
+    """Watch a training loop: a cheap finiteness check per step, module history per sample.
+
+    ``run_step(step_fn)`` runs one step: ``step_fn`` zeroes the gradients, runs forward and
+    backward and may return the loss; the caller steps the optimizer after ``run_step``
+    returns. Steps are numbered from 0 by calls to ``run_step``.
+
+    Args:
+        model: The model being trained.
+        every: Sample one step in ``every`` (steps 0, every, 2 * every, ...).
+        module_paths: Paths whose history is kept, or None for every registered module.
+        on_nonfinite: ``"raise"`` raises :class:`NonFiniteGradientError` after recording a
+            non-finite step (before the caller's optimizer step, so the weights stay
+            finite); ``"record"`` records it and returns normally.
+
+    Raises:
+        TypeError: ``model`` is not a module.
+        ValueError: ``every`` is not a positive integer, unknown ``module_paths``, or an
+            ``on_nonfinite`` other than ``"raise"`` and ``"record"``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        every: int = 100,
+        module_paths: Sequence[str] | None = None,
+        on_nonfinite: Literal["raise", "record"] = "raise",
+    ) -> None:
+        check_model(model)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(
+                f"every must be a positive integer (sample one step in every), got {every!r}"
+            )
+        if on_nonfinite not in ("raise", "record"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'record', got {on_nonfinite!r}")
+        self.model = model
+        self.every = every
+        self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
+        self._targets = labelled_modules(model, module_paths)
+        self.module_paths: tuple[str, ...] = tuple(path for path, _ in self._targets)
+        self._parameters = [p for p in model.parameters() if p.requires_grad]
+        # Row of each parameter's owner among the watched paths (-1: not watched).
+        rows = {path: row for row, path in enumerate(self.module_paths)}
+        self._owner_rows: list[int] = []
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad:
+                self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
+        self._lock = threading.Lock()
+        self._events: list[NonFiniteEvent] = []
+        self._step = 0
+        self._samples = 0
+        self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
+        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), _GRAD_NORM + 1), math.nan)
+        self._totals = MonitorTotals(self.module_paths)
+        self._listeners: list[Callable[[TrainingMonitor], None]] = []
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def step(self) -> int:
+        """The number the next :meth:`run_step` call gets (steps run so far)."""
+        return self._step
+
+    @property
+    def events(self) -> tuple[NonFiniteEvent, ...]:
+        """Every non-finite step so far, in step order."""
+        with self._lock:
+            return tuple(self._events)
+
+    def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
+        """Run one training step and check its gradients; returns what ``step_fn`` returned.
+
+        Raises:
+            NonFiniteGradientError: the step's gradients held NaN or Inf and
+                ``on_nonfinite="raise"``.
+            Exception: whatever ``step_fn`` raises (every hook removed first).
+        """
+        check_callable(step_fn, "runs one training step (zero_grad, forward, backward)")
+        step = self._step
+        self._step += 1
+        rng = _rng_states()
+        sampled = step % self.every == 0
+        outputs: ActivationAccumulator | None = None
+        if sampled:
+            outputs = ActivationAccumulator()
+            fold = outputs.update
+
+            def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+                fold(label, output)
+
+            with HookSet() as hooks:
+                hooks.hook_modules(self._targets, None, post)
+                result = step_fn()
+        else:
+            result = step_fn()
+        grads = [p.grad for p in self._parameters]
+        if sampled:
+            assert outputs is not None
+            finite = self._record_sample(step, outputs, grads)
+        else:
+            finite = _all_finite(grads)
+        if not finite:
+            _restore_rng(rng)
+            origin = find_nonfinite_gradient_origin(self.model, step_fn)
+            event = NonFiniteEvent(step, origin)
+            with self._lock:
+                self._events.append(event)
+            self._notify()
+            if self.on_nonfinite == "raise":
+                raise NonFiniteGradientError(event)
+        elif sampled:
+            self._notify()
+        return result
+
+    # ------------------------------------------------------------------ history
+
+    def _record_sample(
+        self, step: int, outputs: ActivationAccumulator, grads: list[torch.Tensor | None]
+    ) -> bool:
+        norms = _parameter_norms(grads)
+        finite = all(math.isfinite(n) for n in norms) or _all_finite(grads)
+        squares = [0.0] * len(self.module_paths)
+        has = [False] * len(self.module_paths)
+        for norm, row, grad in zip(norms, self._owner_rows, grads, strict=True):
+            if row >= 0 and grad is not None:
+                squares[row] += norm * norm
+                has[row] = True
+        module_norms = [math.sqrt(s) if h else math.nan for s, h in zip(squares, has, strict=True)]
+        stats = outputs.finish().modules
+        empty = SummaryAccumulator().finish()
+        block = np.empty((len(self.module_paths), _GRAD_NORM + 1))
+        for row, path in enumerate(self.module_paths):
+            summary = stats.get(path, empty)
+            block[row, :_GRAD_NORM] = [getattr(summary, f) for f in _SUMMARY_FIELDS]
+            block[row, _GRAD_NORM] = module_norms[row]
+        with self._lock:
+            slot = self._samples % HISTORY_SAMPLES
+            self._ring_steps[slot] = step
+            self._ring[slot] = block
+            self._samples += 1
+            self._totals.update((outputs, module_norms))
+        return finite
+
+    def _order(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        count = min(self._samples, HISTORY_SAMPLES)
+        start = self._samples - count
+        return np.arange(start, self._samples, dtype=np.int64) % HISTORY_SAMPLES
+
+    def history_matrix(self, field: HistoryField = "grad_norm") -> HistoryMatrix:
+        """One statistic of every watched module over the sampled steps in the ring."""
+        return self.history_matrices((field,))[0]
+
+    def history_matrices(self, fields: Sequence[HistoryField]) -> tuple[HistoryMatrix, ...]:
+        """Several statistics from one consistent snapshot of the ring (one per field)."""
+        columns = []
+        for field in fields:
+            column = _COLUMNS.get(field)
+            if column is None:
+                raise ValueError(
+                    f"field must be one of {', '.join(sorted(_COLUMNS))}, got {field!r}"
+                )
+            columns.append(column)
+        with self._lock:
+            order = self._order()
+            steps = tuple(int(s) for s in self._ring_steps[order])
+            ring = self._ring[order]
+        return tuple(
+            HistoryMatrix(field, steps, self.module_paths, ring[:, :, column].T.copy())
+            for field, column in zip(fields, columns, strict=True)
+        )
+
+    @property
+    def history(self) -> TrainingHistory:
+        """The sampled steps in the ring and the totals over every sampled step."""
+        with self._lock:
+            order = self._order()
+            steps = tuple(int(s) for s in self._ring_steps[order])
+            ring = self._ring[order]
+            totals = self._totals.finish()
+            samples, steps_run = self._samples, self._step
+        modules: dict[str, ModuleHistory] = {}
+        for row, path in enumerate(self.module_paths):
+            values = ring[:, row, :]
+            modules[path] = ModuleHistory(
+                grad_norm=tuple(float(v) for v in values[:, _GRAD_NORM]),
+                output=tuple(_summary(v) for v in values),
+                grad_norm_total=totals[path].grad_norm,
+                output_total=totals[path].output,
+            )
+        return TrainingHistory(steps, types.MappingProxyType(modules), steps_run, samples)
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_listener(self, listener: Callable[[TrainingMonitor], None]) -> Callable[[], None]:
+        """Call ``listener(monitor)`` after each sampled or non-finite step; returns its remover.
+
+        A listener runs on the training thread, so it should be quick; an exception it
+        raises becomes a warning, never a failed step.
+        """
+        check_callable(listener, "takes the monitor")
+        with self._lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(self)
+            except Exception as error:  # a view must never fail the training step
+                warnings.warn(f"training monitor listener failed: {error!r}", stacklevel=3)
+
+
+def _summary(values: np.ndarray[Any, np.dtype[np.float64]]) -> TensorSummary:
+    fields: dict[str, Any] = {}
+    for name, value in zip(_SUMMARY_FIELDS, values[:_GRAD_NORM], strict=True):
+        fields[name] = (
+            int(value)
+            if name in ("count", "nan_count", "posinf_count", "neginf_count")
+            else float(value)
+        )
+    return TensorSummary(**fields)
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _grouped_norms(
+    grads: Sequence[torch.Tensor | None],
+) -> list[tuple[list[int], torch.Tensor]]:
+    """Per (device, dtype): the indices of its gradients and their L2 norms, one fused call.
+
+    Norms of float16 and bfloat16 gradients are taken in float32: a norm overflows long
+    before its elements do.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
+    for index, grad in enumerate(grads):
+        if grad is not None:
+            indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
+            indices.append(index)
+            tensors.append(grad)
+    found = []
+    for (_, dtype), (indices, tensors) in groups.items():
+        if dtype in _LOW_PRECISION:
+            norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+        else:
+            norms = torch._foreach_norm(tensors)
+        found.append((indices, torch.stack(norms)))
+    return found
+
+
+def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
+    """Whether every gradient is finite: one fused norm per device and dtype, one read each.
+
+    Only when a norm is not finite is each gradient checked on its own (finite values
+    near 1e19 overflow a float32 norm).
+    """
+    groups = _grouped_norms(grads)
+    if all(math.isfinite(norms.sum().item()) for _, norms in groups):
+        return True
+    return all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+
+
+def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:
+    """L2 norm of each gradient (0 for None), one host transfer per device and dtype."""
+    norms = [0.0] * len(grads)
+    for indices, values in _grouped_norms(grads):
+        for i, value in zip(indices, values.tolist(), strict=True):
+            norms[i] = value
+    return norms

@@ -1,0 +1,181 @@
+"""How close each module's outputs come to a low-precision dtype's limits: :func:`precision_headroom`.
+
+Before a model moves to float16 (or bfloat16), the question is which activations will
+overflow its largest finite value or fall below its smallest normal one. One forward,
+run as it is (float32, float16, bfloat16 or under autocast), answers it per module
+call: the largest finite magnitude of its floating outputs, how many finite values lie
+above ``finfo(dtype).max`` (they would become infinities) or below ``finfo(dtype).tiny``
+without being zero (they would become subnormal or zero), and the headroom in bits,
+``log2(finfo(dtype).max / abs_max)``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from vinlens.health.summaries import check_callable, check_model, floating_tensors, labelled_modules
+from vinlens.hooks import HookSet
+
+__all__ = ["ModulePrecision", "PrecisionReport", "precision_headroom"]
+
+#: Elements compared at once (the largest temporary a row costs is a few of these).
+PRECISION_BLOCK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class ModulePrecision:
+    """One module call's floating outputs measured against a target dtype.
+
+    Attributes:
+        module_path: Registered path (``"<root>"`` for the model itself).
+        call_index: Zero-based index of the call of this path within the forward.
+        count: Elements of the call's floating outputs (finite or not).
+        abs_max: Largest finite magnitude (0 when there is no finite non-zero value, NaN
+            when no value is finite).
+        overflow_count: Finite values whose magnitude exceeds ``finfo(dtype).max``.
+        underflow_count: Non-zero finite values whose magnitude is below
+            ``finfo(dtype).tiny`` (they become subnormal or zero in ``dtype``).
+        headroom_bits: ``log2(finfo(dtype).max / abs_max)``: inf when ``abs_max`` is 0,
+            negative when the outputs overflow, NaN when no value is finite.
+    """
+
+    module_path: str
+    call_index: int
+    count: int
+    abs_max: float
+    overflow_count: int
+    underflow_count: int
+    headroom_bits: float
+
+
+@dataclass(frozen=True)
+class PrecisionReport:
+    """Precision headroom of every module call of one forward, in order of return.
+
+    Attributes:
+        modules: One row per module call with floating outputs.
+        first_overflow_path: Path of the first row with ``overflow_count > 0``, or None.
+        dtype: The target dtype, as a string (``"torch.float16"``).
+    """
+
+    modules: tuple[ModulePrecision, ...]
+    first_overflow_path: str | None
+    dtype: str = "torch.float16"
+
+    def lowest_headroom(self) -> Mapping[str, float]:
+        """Per module path (first return order), its calls' lowest ``headroom_bits``."""
+        lowest: dict[str, float] = {}
+        for row in self.modules:
+            seen = lowest.get(row.module_path)
+            if seen is None or row.headroom_bits < seen or math.isnan(seen):
+                lowest[row.module_path] = row.headroom_bits
+        return lowest
+
+
+_TARGETS = (torch.float16, torch.bfloat16)
+
+
+def _check_dtype(dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"dtype must be a floating torch.dtype such as torch.float16, got {dtype!r}"
+        )
+    return dtype
+
+
+def _measure(tensors: list[torch.Tensor], high: float, tiny: float) -> tuple[int, float, int, int]:
+    """(count, largest finite magnitude or -1, overflows, underflows) with one host transfer."""
+    rows: list[torch.Tensor] = []
+    count = 0
+    for tensor in tensors:
+        value = tensor.detach()
+        count += value.numel()
+        if value.numel() == 0:
+            continue
+        if value.dtype not in (torch.float32, torch.float64):
+            value = value.float()  # float16/bfloat16/float8 widen exactly
+        flat = value.reshape(-1)
+        for start in range(0, flat.numel(), PRECISION_BLOCK_ELEMENTS):
+            block = flat.narrow(0, start, min(PRECISION_BLOCK_ELEMENTS, flat.numel() - start))
+            magnitude = block.abs()
+            finite = torch.isfinite(magnitude)
+            finite_magnitude = torch.where(finite, magnitude, -1.0)
+            rows.append(
+                torch.stack(
+                    [
+                        finite_magnitude.amax().to(torch.float64),
+                        (finite_magnitude > high).sum().to(torch.float64),
+                        ((finite_magnitude < tiny) & (finite_magnitude > 0))
+                        .sum()
+                        .to(torch.float64),
+                    ]
+                )
+            )
+    if not rows:
+        return count, -1.0, 0, 0
+    table = torch.stack(rows)
+    top, over, under = table[:, 0].amax().item(), table[:, 1].sum().item(), table[:, 2].sum().item()
+    return count, top, int(over), int(under)
+
+
+def precision_headroom(
+    model: nn.Module, run: Callable[[], object], dtype: torch.dtype = torch.float16
+) -> PrecisionReport:
+    """Run the forward once and measure every module call's outputs against ``dtype``.
+
+    ``run`` drives the forward as the caller would (for example ``lambda: model(x)``,
+    inside ``torch.autocast`` when the model runs that way). Every registered module's
+    floating outputs are measured when it returns, on their device, with one host
+    transfer per call; nothing is retained.
+
+    Args:
+        model: Constructed model whose registered modules are observed.
+        run: Callable of no arguments that drives the forward.
+        dtype: Target floating dtype (``torch.float16`` or ``torch.bfloat16`` typically).
+
+    Returns:
+        One :class:`ModulePrecision` per module call with floating outputs, in order of
+        return, and the first path that overflows.
+
+    Raises:
+        TypeError: bad model, run or dtype.
+        Exception: whatever ``run`` raises, after the hooks are removed.
+    """
+    check_model(model)
+    check_callable(run, "takes no arguments and drives the forward")
+    target = _check_dtype(dtype)
+    info = torch.finfo(target)
+    high, tiny = float(info.max), float(info.tiny)
+    targets = labelled_modules(model, None)
+    counts: dict[str, int] = {}
+    rows: list[ModulePrecision] = []
+    lock = threading.Lock()
+
+    def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+        tensors = [t for _, t in floating_tensors(output, "output")]
+        with lock:
+            index = counts.get(label, 0)
+            counts[label] = index + 1
+        if not tensors:
+            return
+        count, top, over, under = _measure(tensors, high, tiny)
+        if top < 0:
+            abs_max = headroom = math.nan
+        else:
+            abs_max = top
+            headroom = math.inf if top == 0 else math.log2(high) - math.log2(top)
+        with lock:
+            rows.append(ModulePrecision(label, index, count, abs_max, over, under, headroom))
+
+    with HookSet() as hooks:
+        hooks.hook_modules(targets, None, post)
+        run()
+    first = next((row.module_path for row in rows if row.overflow_count), None)
+    return PrecisionReport(tuple(rows), first, str(target))

@@ -1,0 +1,405 @@
+"""The one shared, mergeable binning of store compare, and the drift metrics computed on it.
+
+No first pass over the data is needed, because the bins are fixed by the number format
+alone:
+
+* **float16** values are counted by their exact 16-bit pattern (65,536 bins). Every value
+  of a bin is the same number, so KS and Wasserstein on these counts are exact.
+* **float32** (and float64, narrowed to float32) values are counted by the top 16 bits of
+  their 32-bit pattern: sign, exponent and the 7 leading mantissa bits. A bin is the
+  interval of all floats sharing those bits, so the binning preserves order and a bin's
+  width is at most ``FLOAT32_RELATIVE_RESOLUTION`` (``2**-7``) times the magnitude of
+  its values. Values stand for their bin's midpoint, so each moves by at most half a
+  width: ``wasserstein`` is within ``2**-7 * max|x|`` of the exact distance, and
+  ``ks_statistic`` within the largest share of either store's values in one bin.
+* **integers** (the derived per-sample counts) are counted per value, exactly.
+
+A field stored as float16 in one store and float32 in the other is compared on the
+float32 bins (every float16 is a float32, so its counts move into the float32 bin of
+its value exactly). Counts add, so partials merge exactly in any grouping.
+
+Metrics, from the two count vectors over the shared bins in value order:
+
+* ``ks_statistic``: ``max |F_a - F_b|`` of the two empirical CDFs;
+* ``wasserstein``: ``sum |F_a - F_b| * (x[k+1] - x[k])`` (the 1-D earth mover's
+  distance, as ``scipy.stats.wasserstein_distance``);
+* ``js_distance``: the Jensen-Shannon distance in base 2 (0..1),
+  ``scipy.spatial.distance.jensenshannon(p, q, base=2)``, of the two stores' shares in
+  ``JS_BINS`` groups of consecutive shared bins cut at the quantiles of both stores
+  pooled (each store weighted 1/2). On the raw 65,536 bins the distance of two samples
+  of one continuous distribution would approach 1 from sampling noise alone;
+* ``psi``: the population stability index ``sum (p - q) ln(p / q)`` over
+  ``PSI_BINS`` groups of consecutive shared bins cut at store A's deciles, with shares
+  below ``PSI_EPSILON`` raised to it (an empty group would make it infinite).
+
+Identical count vectors give exactly 0 for every metric.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vinlens.store.diagnostics.kernels import Moments, float16_counts
+
+__all__ = [
+    "DISPLAY_BINS",
+    "FLOAT32_RELATIVE_RESOLUTION",
+    "JS_BINS",
+    "PSI_BINS",
+    "PSI_EPSILON",
+    "DriftMetrics",
+    "FieldHistogram",
+    "HistogramSummary",
+    "drift_metrics",
+]
+
+#: Bin width of float32 values relative to their magnitude (7 mantissa bits kept).
+FLOAT32_RELATIVE_RESOLUTION = 2.0**-7
+#: Groups of the population stability index (store A's deciles).
+PSI_BINS = 10
+#: Smallest share of a PSI group (empty groups are raised to it).
+PSI_EPSILON = 1e-4
+#: Groups of the Jensen-Shannon distance (pooled quantiles of both stores).
+JS_BINS = 64
+#: Equal-width bins of the display histogram carried by each field's record.
+DISPLAY_BINS = 64
+
+FLOAT16 = "float16"
+FLOAT32 = "float32"
+INTEGER = "integer"
+
+_PATTERNS = np.arange(1 << 16, dtype=np.uint32)
+
+
+def _float16_values() -> np.ndarray:
+    return _PATTERNS.astype(np.uint16).view(np.float16).astype(np.float64)
+
+
+def _float32_midpoints() -> np.ndarray:
+    """Midpoint of every float32 bin (NaN for the bins of infinities and NaNs)."""
+    with np.errstate(invalid="ignore"):
+        lo = (_PATTERNS << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+        hi = ((_PATTERNS << 16) | 0xFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+        mid = (lo + hi) / 2.0
+    mid[~(np.isfinite(lo) & np.isfinite(hi))] = np.nan
+    return mid
+
+
+@dataclass(frozen=True)
+class _Table:
+    values: np.ndarray  # float64 per bin index; NaN where the bin holds no finite value
+    order: np.ndarray  # finite bin indices sorted by value (stable)
+
+
+_TABLES: dict[str, _Table] = {}
+_F16_TO_F32: np.ndarray | None = None
+
+
+def _table(kind: str) -> _Table:
+    table = _TABLES.get(kind)
+    if table is None:
+        values = _float16_values() if kind == FLOAT16 else _float32_midpoints()
+        finite = np.flatnonzero(np.isfinite(values))
+        order = finite[np.argsort(values[finite], kind="stable")]
+        table = _TABLES[kind] = _Table(values, order)
+    return table
+
+
+def _f16_to_f32() -> np.ndarray:
+    """The float32 bin of every float16 bit pattern."""
+    global _F16_TO_F32
+    if _F16_TO_F32 is None:
+        as32 = _PATTERNS.astype(np.uint16).view(np.float16).astype(np.float32)
+        _F16_TO_F32 = (as32.view(np.uint32) >> 16).astype(np.intp)
+    return _F16_TO_F32
+
+
+def float32_bins(values: np.ndarray) -> np.ndarray:
+    """Per value, its float32 bin index (the top 16 bits of the bit pattern) as uint16."""
+    flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    return (flat.view(np.uint32) >> 16).astype(np.uint16)
+
+
+class FieldHistogram:
+    """One field's counts on the shared bins of one store, plus its exact moments.
+
+    Follows the accumulator protocol: :meth:`update` adds values in place, :meth:`merge`
+    adds another histogram's counts into this one and never changes the other.
+    Non-finite values are not counted (the scan reports them as integrity problems).
+    """
+
+    __slots__ = ("counts", "dtype", "integers", "kind", "moments")
+
+    def __init__(self, kind: str, dtype: str) -> None:
+        if kind not in (FLOAT16, FLOAT32, INTEGER):
+            raise ValueError(f"histogram kind must be float16, float32 or integer, got {kind!r}")
+        self.kind = kind
+        self.dtype = dtype
+        self.counts: np.ndarray | None = None  # int64 per bin (float kinds)
+        self.integers: Counter[int] = Counter()  # value -> count (integer kind)
+        self.moments = Moments()  # float32 moments (float16 ones follow from the counts)
+
+    @classmethod
+    def for_dtype(cls, dtype: np.dtype[Any] | str) -> FieldHistogram:
+        d = np.dtype(dtype)
+        if d == np.float16:
+            return cls(FLOAT16, d.name)
+        if d.kind == "f":
+            return cls(FLOAT32, d.name)
+        if d.kind in "iub":
+            return cls(INTEGER, d.name)
+        raise ValueError(f"cannot compare values of dtype {d.name!r}: expected a number")
+
+    def update(self, values: np.ndarray) -> int:
+        """Add ``values`` (any shape); returns how many were not finite (not counted)."""
+        if values.size == 0:
+            return 0
+        if self.kind == INTEGER:
+            uniq, counts = np.unique(values.reshape(-1), return_counts=True)
+            self.integers.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
+            return 0
+        if self.kind == FLOAT16:
+            counts = float16_counts(values.astype(np.float16, copy=False))
+        else:
+            nonfinite = self.moments.update(values)
+            counts = float16_counts(float32_bins(values).view(np.float16))
+            self._add(counts)
+            return nonfinite
+        self._add(counts)
+        bad = np.isnan(_table(FLOAT16).values)
+        return int(counts[bad].sum())
+
+    def _add(self, counts: np.ndarray) -> None:
+        if self.counts is None:
+            self.counts = counts.astype(np.int64, copy=True)
+        else:
+            self.counts += counts
+
+    def merge(self, other: FieldHistogram) -> FieldHistogram:
+        if other.kind != self.kind:
+            raise ValueError(
+                f"cannot merge a {other.kind} histogram into a {self.kind} one "
+                "(a field's dtype differs between shards of one store)"
+            )
+        if other.counts is not None:
+            self._add(other.counts)
+        self.integers.update(other.integers)
+        self.moments.merge(other.moments)
+        return self
+
+    # Pickled sparsely: most of the 65,536 bins of a field are empty.
+    def __getstate__(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "integers": dict(self.integers),
+            "moments": self.moments,
+        }
+        if self.counts is not None:
+            used = np.flatnonzero(self.counts)
+            state["bins"] = used.astype(np.uint16)
+            state["bin_counts"] = self.counts[used]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.kind = state["kind"]
+        self.dtype = state["dtype"]
+        self.integers = Counter(state["integers"])
+        self.moments = state["moments"]
+        self.counts = None
+        if "bins" in state:
+            counts = np.zeros(1 << 16, dtype=np.int64)
+            counts[state["bins"].astype(np.intp)] = state["bin_counts"]
+            self.counts = counts
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FieldHistogram):
+            return NotImplemented
+        return self.summary() == other.summary()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def summary(self) -> HistogramSummary:
+        """Count, exact mean and std (population), and the counts in value order."""
+        if self.kind == INTEGER:
+            items = sorted((v, c) for v, c in self.integers.items() if c > 0)
+            n = sum(c for _, c in items)
+            values = np.asarray([v for v, _ in items], dtype=np.float64)
+            counts = np.asarray([c for _, c in items], dtype=np.int64)
+            if n == 0:
+                return HistogramSummary(INTEGER, self.dtype, 0, None, None, values, counts)
+            s = sum(v * c for v, c in items)
+            q = sum(v * v * c for v, c in items)
+            variance = (q * n - s * s) / (n * n)
+            return HistogramSummary(
+                INTEGER, self.dtype, n, s / n, math.sqrt(variance), values, counts
+            )
+        counts = self.counts if self.counts is not None else np.zeros(1 << 16, dtype=np.int64)
+        table = _table(self.kind)
+        ordered = counts[table.order]
+        keep = ordered > 0
+        if self.kind == FLOAT16:
+            moments = Moments()
+            moments.counts16 = counts
+        else:
+            moments = self.moments
+        n, mean, std, _, _ = moments.finish()
+        return HistogramSummary(
+            self.kind,
+            self.dtype,
+            int(n),
+            mean,
+            std,
+            table.values[table.order[keep]],
+            ordered[keep],
+            bins=table.order[keep],
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class HistogramSummary:
+    """A finished histogram: non-empty bins in value order (``values`` their representatives)."""
+
+    kind: str
+    dtype: str
+    count: int
+    mean: float | None
+    std: float | None
+    values: np.ndarray  # float64, ascending
+    counts: np.ndarray  # int64, > 0
+    bins: np.ndarray | None = None  # bin index of each entry (float kinds)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HistogramSummary):
+            return NotImplemented
+        return (
+            (self.kind, self.dtype, self.count, self.mean, self.std)
+            == (other.kind, other.dtype, other.count, other.mean, other.std)
+            and np.array_equal(self.values, other.values)
+            and np.array_equal(self.counts, other.counts)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def as_float32(self) -> HistogramSummary:
+        """This float16 histogram moved onto the float32 bins (exactly; moments kept)."""
+        if self.kind != FLOAT16 or self.bins is None:
+            return self
+        counts = np.zeros(1 << 16, dtype=np.int64)
+        np.add.at(counts, _f16_to_f32()[self.bins], self.counts)
+        table = _table(FLOAT32)
+        ordered = counts[table.order]
+        keep = ordered > 0
+        return HistogramSummary(
+            FLOAT32,
+            self.dtype,
+            self.count,
+            self.mean,
+            self.std,
+            table.values[table.order[keep]],
+            ordered[keep],
+            bins=table.order[keep],
+        )
+
+
+@dataclass(frozen=True)
+class DriftMetrics:
+    psi: float | None
+    js_distance: float | None
+    wasserstein: float | None
+    ks_statistic: float | None
+    exact: bool
+    edges: tuple[float, ...]
+    display_a: tuple[int, ...]
+    display_b: tuple[int, ...]
+
+
+def _shared(a: HistogramSummary, b: HistogramSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both histograms on the union of their bins: ``(values, counts_a, counts_b)``."""
+    values = np.union1d(a.values, b.values)
+    ca = np.zeros(values.size, dtype=np.int64)
+    cb = np.zeros(values.size, dtype=np.int64)
+    ca[np.searchsorted(values, a.values)] = a.counts
+    cb[np.searchsorted(values, b.values)] = b.counts
+    return values, ca, cb
+
+
+def _display(
+    values: np.ndarray, ca: np.ndarray, cb: np.ndarray, kind: str
+) -> tuple[tuple[float, ...], tuple[int, ...], tuple[int, ...]]:
+    """Equal-width display bins over both stores' range (unit bins for small integer ranges)."""
+    if values.size == 0:
+        return (), (), ()
+    low, high = float(values[0]), float(values[-1])
+    if kind == INTEGER and high - low < DISPLAY_BINS:
+        edges = np.arange(low - 0.5, high + 1.0, 1.0)
+    elif high == low:
+        edges = np.asarray([low - 0.5, high + 0.5])
+    else:
+        edges = np.linspace(low, high, DISPLAY_BINS + 1)
+    index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, edges.size - 2)
+    da = np.bincount(index, weights=ca, minlength=edges.size - 1)
+    db = np.bincount(index, weights=cb, minlength=edges.size - 1)
+    return (
+        tuple(float(e) for e in edges),
+        tuple(round(float(x)) for x in da),
+        tuple(round(float(x)) for x in db),
+    )
+
+
+def _js_distance(p: np.ndarray, q: np.ndarray) -> float:
+    m = 0.5 * (p + q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = np.where(p > 0, p * np.log2(p / m), 0.0)
+        kl_q = np.where(q > 0, q * np.log2(q / m), 0.0)
+    divergence = 0.5 * float(kl_p.sum()) + 0.5 * float(kl_q.sum())
+    return min(1.0, math.sqrt(max(0.0, divergence)))
+
+
+def _groups(shares: np.ndarray, groups: int) -> np.ndarray:
+    """Group of each bin: consecutive bins cut where the cumulative ``shares`` cross k/groups."""
+    before = np.concatenate([[0.0], np.cumsum(shares)[:-1]])
+    group: np.ndarray = np.minimum(groups - 1, np.floor(before * groups).astype(np.int64))
+    return group
+
+
+def _psi(p: np.ndarray, q: np.ndarray) -> float:
+    group = _groups(p, PSI_BINS)
+    ga = np.maximum(np.bincount(group, weights=p, minlength=PSI_BINS), PSI_EPSILON)
+    gb = np.maximum(np.bincount(group, weights=q, minlength=PSI_BINS), PSI_EPSILON)
+    return float(np.sum((ga - gb) * np.log(ga / gb)))
+
+
+def _js(p: np.ndarray, q: np.ndarray) -> float:
+    group = _groups(0.5 * (p + q), JS_BINS)
+    ga = np.bincount(group, weights=p, minlength=JS_BINS)
+    gb = np.bincount(group, weights=q, minlength=JS_BINS)
+    return _js_distance(ga, gb)
+
+
+def drift_metrics(a: HistogramSummary, b: HistogramSummary) -> DriftMetrics:
+    """The four metrics and a display histogram of two stores' histograms of one field."""
+    if a.kind != b.kind and INTEGER not in (a.kind, b.kind):
+        a, b = a.as_float32(), b.as_float32()
+    # Integers against floats (a dtype change) compare as exact points on the union.
+    kind = a.kind if a.kind == b.kind else FLOAT32
+    values, ca, cb = _shared(a, b)
+    edges, display_a, display_b = _display(values, ca, cb, kind)
+    exact = kind != FLOAT32
+    na, nb = int(ca.sum()), int(cb.sum())
+    if na == 0 or nb == 0:
+        return DriftMetrics(None, None, None, None, exact, edges, display_a, display_b)
+    cdf_a = np.cumsum(ca) / na
+    cdf_b = np.cumsum(cb) / nb
+    gap = np.abs(cdf_a - cdf_b)
+    ks = float(gap.max())
+    wasserstein = float(np.sum(gap[:-1] * np.diff(values)))
+    p, q = ca / na, cb / nb
+    js = _js(p, q)
+    psi = _psi(p, q)
+    return DriftMetrics(psi, js, wasserstein, ks, exact, edges, display_a, display_b)
