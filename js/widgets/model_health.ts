@@ -246,13 +246,13 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
         + (rows.get("calls", i) > 1 ? ` (most drifted of ${rows.get("calls", i)} calls)` : ""))
       : null;
     const boxes = summaryBoxesSvg(sides.filter((s) => rows.has(s, i)).map((s) => ({
-      label: sideLabel(s),
+      label: mode === "diff" ? sideLabel(s) : "", // one box needs no name
       min: rows.get(`${s}_min`, i), max: rows.get(`${s}_max`, i), mean: rows.get(`${s}_mean`, i), std: rows.get(`${s}_std`, i),
     })));
     replaceChildren(detail,
       h("div", { class: "vl-mh-detail-title" }, "Output of ", h("code", {}, path!)),
       h("div", { class: "vl-mh-detail-body" }, facts, h("div", { class: "vl-mh-boxes" }, boxes,
-        h("div", { class: "vl-muted vl-mh-boxes-note" }, "whisker: min to max · box: mean ± std"))),
+        h("div", { class: "vl-muted vl-mh-boxes-note" }, "whisker: finite min to max · box: mean ± std of the finite values"))),
       drift);
   }
 
