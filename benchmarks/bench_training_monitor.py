@@ -9,7 +9,7 @@ A step is ``zero_grad``, forward, loss and backward of the light CNNs of
 the optimizer step (the same in every variant) is left out, so the ratios are the
 conservative ones. The unsampled monitored step costs one fused norm over every
 gradient, so its ratio is about the time to read the gradients once over the step time:
-small batches of a parameter-heavy model (resnet50) are its worst case. Repetitions interleave the variants; ratios are of median
+small batches of a parameter-heavy model (resnet50) are its worst case. Repetitions interleave the variants (in a shuffled order each time); ratios are of median
 main-thread CPU time, torch on one thread. The amortised ratio at ``every=100`` is
 ``(99 * unsampled + sampled) / (100 * plain)`` from the measured medians (the monitor
 does nothing else between its sampled steps).
@@ -20,6 +20,7 @@ does nothing else between its sampled steps).
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 import warnings
@@ -69,9 +70,12 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
         "anomaly": anomaly,
     }
     times: dict[str, list[float]] = {name: [] for name in work}
+    order = list(work)
+    shuffle = random.Random(0).shuffle
     for _ in range(repetitions):
-        for name, run in work.items():
-            times[name].append(cpu_time(run))
+        shuffle(order)  # no variant always runs right after the same other one
+        for name in order:
+            times[name].append(cpu_time(work[name]))
     return times
 
 

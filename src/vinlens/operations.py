@@ -44,6 +44,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "Accumulator",
+    "BoundedProcessPool",
     "CancelToken",
     "Mergeable",
     "OperationCancelled",
@@ -212,6 +213,88 @@ def check_executor(executor: object) -> concurrent.futures.Executor | None:
     raise TypeError(f"{accepted}; got {_describe(executor)}")
 
 
+class BoundedProcessPool(concurrent.futures.ProcessPoolExecutor):
+    """A process pool that starts no more processes than there are CPUs and tasks.
+
+    A ``ProcessPoolExecutor`` (``isinstance`` holds) that delegates to a real one created
+    at the first ``submit``, sized then.
+
+    ``BoundedProcessPool(64)`` on a 16-core machine runs at most 16 processes, and an
+    operation of 3 tasks (:func:`run_operation` tells the pool its task count before the
+    first submission) starts 3: the processes are forked at the first ``submit``, not
+    at construction. ``on_cap(message)`` is called once when fewer processes than asked
+    for are started, with a sentence saying how many and why. Later operations on the
+    same pool keep the size chosen for the first.
+    """
+
+    def __init__(
+        self,
+        max_workers: int,
+        *,
+        on_cap: Callable[[str], None] | None = None,
+        mp_context: Any = None,
+    ) -> None:
+        # The base initialiser is not called: it would size the pool before the tasks are known.
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
+        self.requested = max_workers
+        self.cpus = os.cpu_count() or 1
+        # Read by executor_workers (and so by an operation cutting its tasks).
+        self._max_workers = min(max_workers, self.cpus)
+        self._on_cap = on_cap
+        self._mp_context = mp_context
+        self._tasks: int | None = None
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._started: int | None = None
+
+    @property
+    def workers(self) -> int | None:
+        """Processes the pool started (``None`` before the first submission)."""
+        return self._started
+
+    def reserve(self, tasks: int) -> None:
+        """The next operation has ``tasks`` tasks (sizes the pool if it has not started)."""
+        with self._lock:
+            if self._pool is None:
+                self._tasks = max(tasks, self._tasks or 0)
+
+    def submit(
+        self, fn: Callable[..., R_co], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[R_co]:
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if self._pool is None:
+                self._pool = self._start()
+            pool = self._pool
+        return pool.submit(fn, *args, **kwargs)
+
+    def _start(self) -> concurrent.futures.ProcessPoolExecutor:
+        workers = self._max_workers
+        reasons = []
+        if self.requested > self.cpus:
+            reasons.append(f"{self.cpus} CPU{'s' if self.cpus != 1 else ''}")
+        if self._tasks is not None and self._tasks < workers:
+            workers = max(1, self._tasks)
+            reasons.insert(0, f"{self._tasks} task{'s' if self._tasks != 1 else ''}")
+        if workers < self.requested and self._on_cap is not None:
+            self._on_cap(
+                f"using {workers} worker process{'es' if workers != 1 else ''}, not the "
+                f"{self.requested} asked for: no more than the {' and the '.join(reasons)}"
+            )
+        self._started = workers
+        return concurrent.futures.ProcessPoolExecutor(workers, mp_context=self._mp_context)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            pool = self._pool
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
 def executor_workers(executor: concurrent.futures.Executor | None) -> int:
     """How many tasks ``executor`` runs at once where it says (the stdlib pools, Dask).
 
@@ -309,6 +392,8 @@ def run_operation(
         if done:
             progress(done, total)
     todo = [index for index, r in enumerate(results) if r is None]
+    if isinstance(executor, BoundedProcessPool):
+        executor.reserve(len(todo))
     folder: _Fold[P] = _Fold(results, start)
     if executor is None:
         for index in todo:

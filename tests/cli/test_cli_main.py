@@ -48,6 +48,7 @@ def test_every_registered_command_is_reachable_with_its_handler() -> None:
         "store info": ["x"],
         "store stats": ["x"],
         "store coverage": ["x", "--raw", "y"],
+        "store compare": ["x", "y"],
         "demo": [],
     }
     assert sorted(c.name for c in COMMANDS) == sorted(sample_args)

@@ -253,3 +253,25 @@ def test_cuda_gated_fault_replays_with_the_cuda_generator() -> None:
         first.append(fault.fired[calls])
     assert [e.step for e in monitor.events] == [i for i, f in enumerate(first) if f]
     assert all(e.origin is not None and e.origin.module_path == "1" for e in monitor.events)
+
+
+def test_half_and_double_gradients_whose_norm_overflows_float16_are_finite() -> None:
+    model = nn.Sequential(nn.Linear(100, 100).half(), nn.Linear(2, 2).double())
+    monitor = TrainingMonitor(model, every=1)
+
+    def step() -> None:
+        for parameter in model.parameters():
+            parameter.grad = torch.full_like(parameter, 1000.0)  # float16 norm 1e5 > 65504
+
+    monitor.run_step(step)
+    assert monitor.events == ()
+    norm = monitor.history.modules["0"].grad_norm[0]
+    assert norm == pytest.approx(1000.0 * math.sqrt(100 * 100 + 100), rel=1e-3)
+    model[1].weight.grad = None
+
+    def bad() -> None:
+        step()
+        model[1].bias.grad[0] = math.inf  # type: ignore[index]
+
+    with pytest.raises(NonFiniteGradientError):
+        monitor.run_step(bad)

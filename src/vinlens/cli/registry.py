@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import NamedTuple
 
-from vinlens.cli import demo, model, store
+from vinlens.cli import demo, model, store, store_compare
 
 __all__ = ["COMMANDS", "GROUPS", "Command", "Group"]
 
@@ -68,6 +68,13 @@ COMMANDS: tuple[Command, ...] = (
         store.COVERAGE_DESCRIPTION,
         store.add_coverage_arguments,
         store.coverage,
+    ),
+    Command(
+        "store compare",
+        store_compare.COMPARE_HELP,
+        store_compare.COMPARE_DESCRIPTION,
+        store_compare.add_compare_arguments,
+        store_compare.compare,
     ),
     Command("demo", demo.HELP, demo.DESCRIPTION, demo.add_arguments, demo.run),
 )

@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 DASK_EXTRA_HINT = "pip install 'vinlens[dask]'"
+#: Seconds ``--scheduler`` waits for the cluster's first worker.
+SCHEDULER_WORKER_TIMEOUT = 30.0
 
 
 # --------------------------------------------------------------------------- argument types
@@ -111,7 +113,8 @@ def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="scan shards on N local processes (default: in this process)",
+        help="scan on up to N local processes, capped at the CPUs and at the shards or tars "
+        "to scan (default: in this process)",
     )
     where.add_argument(
         "--scheduler",
@@ -134,9 +137,14 @@ def open_executor(workers: int | None, scheduler: str | None) -> Iterator[Execut
     if workers is not None and scheduler is not None:
         raise ValueError("--workers and --scheduler exclude each other")
     if workers is not None:
-        from concurrent.futures import ProcessPoolExecutor
+        from vinlens.operations import BoundedProcessPool
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # Capped at the CPUs and at the scan's tasks (shards, tars), and said so: N
+        # processes for 3 shards only cost forks (64 for 3 shards; 10000 hit the cap).
+        def say(message: str) -> None:
+            print(f"vinlens: --workers {workers}: {message}", file=sys.stderr)
+
+        with BoundedProcessPool(workers, on_cap=say) as pool:
             yield pool
         return
     if scheduler is None:
@@ -147,7 +155,11 @@ def open_executor(workers: int | None, scheduler: str | None) -> Iterator[Execut
     with contextlib.ExitStack() as stack:
         # Only connecting is wrapped: an OSError from the scan itself keeps its own message.
         try:
-            executor = stack.enter_context(dask_executor(scheduler, timeout="10s"))
+            executor = stack.enter_context(
+                dask_executor(scheduler, worker_timeout=SCHEDULER_WORKER_TIMEOUT, timeout="10s")
+            )
+        except TimeoutError:
+            raise  # reached, but no worker: its message names the address and the count
         except OSError as exc:
             raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
         yield executor

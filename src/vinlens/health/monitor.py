@@ -464,14 +464,26 @@ class TrainingMonitor:
 
     def history_matrix(self, field: HistoryField = "grad_norm") -> HistoryMatrix:
         """One statistic of every watched module over the sampled steps in the ring."""
-        column = _COLUMNS.get(field)
-        if column is None:
-            raise ValueError(f"field must be one of {', '.join(sorted(_COLUMNS))}, got {field!r}")
+        return self.history_matrices((field,))[0]
+
+    def history_matrices(self, fields: Sequence[HistoryField]) -> tuple[HistoryMatrix, ...]:
+        """Several statistics from one consistent snapshot of the ring (one per field)."""
+        columns = []
+        for field in fields:
+            column = _COLUMNS.get(field)
+            if column is None:
+                raise ValueError(
+                    f"field must be one of {', '.join(sorted(_COLUMNS))}, got {field!r}"
+                )
+            columns.append(column)
         with self._lock:
             order = self._order()
             steps = tuple(int(s) for s in self._ring_steps[order])
-            values = self._ring[order, :, column].T.copy()
-        return HistoryMatrix(field, steps, self.module_paths, values)
+            ring = self._ring[order]
+        return tuple(
+            HistoryMatrix(field, steps, self.module_paths, ring[:, :, column].T.copy())
+            for field, column in zip(fields, columns, strict=True)
+        )
 
     @property
     def history(self) -> TrainingHistory:
@@ -533,31 +545,49 @@ def _summary(values: np.ndarray[Any, np.dtype[np.float64]]) -> TensorSummary:
     return TensorSummary(**fields)
 
 
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _grouped_norms(
+    grads: Sequence[torch.Tensor | None],
+) -> list[tuple[list[int], torch.Tensor]]:
+    """Per (device, dtype): the indices of its gradients and their L2 norms, one fused call.
+
+    Norms of float16 and bfloat16 gradients are taken in float32: a norm overflows long
+    before its elements do.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
+    for index, grad in enumerate(grads):
+        if grad is not None:
+            indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
+            indices.append(index)
+            tensors.append(grad)
+    found = []
+    for (_, dtype), (indices, tensors) in groups.items():
+        if dtype in _LOW_PRECISION:
+            norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+        else:
+            norms = torch._foreach_norm(tensors)
+        found.append((indices, torch.stack(norms)))
+    return found
+
+
 def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
-    """Whether every gradient is finite: a fused norm, then the exact check if it is not."""
-    present = [g for g in grads if g is not None]
-    if not present:
+    """Whether every gradient is finite: one fused norm per device and dtype, one read each.
+
+    Only when a norm is not finite is each gradient checked on its own (finite values
+    near 1e19 overflow a float32 norm).
+    """
+    groups = _grouped_norms(grads)
+    if all(math.isfinite(norms.sum().item()) for _, norms in groups):
         return True
-    total = torch.nn.utils.get_total_norm(present, foreach=True)
-    if math.isfinite(total.item()):
-        return True
-    # A norm overflows before its elements do (float16 gradients, values near 1e19 in
-    # float32): only then is each gradient checked on its own.
-    return all(bool(torch.isfinite(g).all()) for g in present)
+    return all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
 
 
 def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:
-    """L2 norm of each gradient (0 for None), grouped per device, one transfer per device."""
+    """L2 norm of each gradient (0 for None), one host transfer per device and dtype."""
     norms = [0.0] * len(grads)
-    groups: dict[torch.device, tuple[list[int], list[torch.Tensor]]] = {}
-    for index, grad in enumerate(grads):
-        if grad is not None:
-            indices, tensors = groups.setdefault(grad.device, ([], []))
-            indices.append(index)
-            tensors.append(grad)
-    for indices, tensors in groups.values():
-        # float32 norms of float16 gradients: a norm overflows long before its elements.
-        values = torch._foreach_norm(tensors, 2, dtype=torch.float32)
-        for i, value in zip(indices, torch.stack(values).tolist(), strict=True):
+    for indices, values in _grouped_norms(grads):
+        for i, value in zip(indices, values.tolist(), strict=True):
             norms[i] = value
     return norms

@@ -1,0 +1,118 @@
+import { describe, expect, it } from "vitest";
+HTMLCanvasElement.prototype.getContext = (() => null) as any; // jsdom has no canvas: strips stay blank
+import { FakeModel, dataView } from "../lib/fake-model";
+import widget, { LogHeatmap, LOW_HEADROOM_BITS, originText, stepPosition, type NonFiniteEvent } from "./training_monitor";
+
+const PATHS = ["<root>", "0", "1", "2"];
+const STEPS = [0, 100, 200];
+const arr = (dtype: string, shape: number[], data: ArrayBufferView) => ({ $array: { dtype, shape, data: dataView(data) } });
+const trace = (nan: number) => ({
+  tensor_path: nan ? "args[0]" : "output", shape: [3], dtype: "torch.float32",
+  summary: { count: 3, mean: 0, std: 0, min: 0, max: 0, abs_max: 0, zero_fraction: 0, nan_count: nan, posinf_count: 0, neginf_count: 0 },
+});
+const EVENT: NonFiniteEvent = {
+  step: 150,
+  origin: {
+    module_path: "1", call_index: 0, grad_outputs: [trace(0)], grad_inputs: [trace(3)],
+    parameter_paths: ["1.weight"], propagated_to: ["0"], forward_origin: null,
+  },
+};
+
+function history(events: NonFiniteEvent[] = [EVENT]) {
+  const m = PATHS.length;
+  const s = STEPS.length;
+  // row-major [module, step]: the root has no parameters (NaN), module 2 overflows at the end
+  const grad = Float32Array.from({ length: m * s }, (_, i) => (i < s ? NaN : i === m * s - 1 ? Infinity : 10 ** (i % s)));
+  const std = Float32Array.from({ length: m * s }, (_, i) => 0.5 + i);
+  return {
+    paths: PATHS, steps: arr("int32", [s], Int32Array.from(STEPS)),
+    grad_norm: arr("float32", [m, s], grad), std: arr("float32", [m, s], std),
+    events, steps_run: 201, every: 100, on_nonfinite: "record",
+  };
+}
+
+function setup(events: NonFiniteEvent[] = [EVENT]) {
+  const model = new FakeModel<any>({
+    history: history(events),
+    precision: { dtype: "torch.float16", headroom: arr("float64", [4], Float64Array.from([Infinity, 9.5, 0.4, -2])), first_overflow_path: "2" },
+    selected_event: -1, status: "idle", error: "", error_traceback: "",
+  });
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanup = widget.render({ model, el } as any);
+  return { model, el, cleanup };
+}
+
+const row = (el: HTMLElement, path: string) => Array.from(el.querySelectorAll<HTMLElement>(".vl-vt-row:not([hidden])"))
+  .find((r) => r.querySelector('[data-key="path"]')!.textContent === path)!;
+const cell = (el: HTMLElement, path: string, key: string) => row(el, path).querySelector<HTMLElement>(`[data-key="${key}"]`)!;
+
+describe("log heatmap", () => {
+  it("scales log10 of positive finite values and leaves the rest out", () => {
+    const map = new LogHeatmap(2, 3, [1, 10, 100, NaN, 0, Infinity]);
+    expect([map.vmin, map.vmax]).toEqual([0, 2]);
+    const second = map.rowPixels(1);
+    expect(second[3]).toBe(0); // NaN: transparent
+    expect(second[7]).toBe(0); // zero has no logarithm: transparent
+    expect(Array.from(second.subarray(8, 12))).toEqual([220, 20, 60, 255]); // +Inf: marked
+    const first = map.rowPixels(0);
+    expect(first[3]).toBe(255);
+    expect(Array.from(first.subarray(0, 3))).not.toEqual(Array.from(first.subarray(8, 11)));
+  });
+
+  it("places steps on the axis of sampled steps", () => {
+    expect(stepPosition(150, 100, 200)).toBe(0.5);
+    expect(stepPosition(50, 100, 200)).toBe(0);
+    expect(stepPosition(7, 7, 7)).toBe(0.5);
+  });
+
+  it("names the origin of an event", () => {
+    expect(originText(EVENT)).toBe("Step 150: gradient first non-finite in 1 (call 0): incoming finite, to its inputs 3 NaN; parameters 1.weight.");
+    expect(originText({ step: 3, origin: null })).toContain("the replay stayed finite");
+    const forward = { ...EVENT.origin!, forward_origin: { module_path: "1", call_index: 0, input_nonfinite: false } };
+    expect(originText({ step: 4, origin: forward })).toBe("Step 4: 1 (call 0) made NaN/Inf in the forward; the backward only spread it.");
+  });
+});
+
+describe("training monitor view", () => {
+  it("shows rows, latest values, headroom and the selected event's origin", () => {
+    const { el } = setup();
+    expect(el.querySelectorAll(".vl-vt-row:not([hidden])").length).toBe(4);
+    expect(cell(el, "0", "grad").textContent).toBe("100");
+    expect(cell(el, "<root>", "grad").textContent).toBe(""); // no parameters: no norm
+    expect(cell(el, "1", "headroom").textContent).toBe("0.4");
+    expect(cell(el, "1", "headroom").classList.contains("vl-tm-low")).toBe(true);
+    expect(cell(el, "2", "headroom").classList.contains("vl-tm-low")).toBe(true);
+    expect(cell(el, "0", "headroom").classList.contains("vl-tm-low")).toBe(false);
+    expect(cell(el, "<root>", "headroom").textContent).toBe("∞");
+    expect(LOW_HEADROOM_BITS).toBe(1);
+    expect(row(el, "1").classList.contains("vl-tm-origin")).toBe(true);
+    expect(row(el, "0").classList.contains("vl-tm-reached")).toBe(true);
+    expect(el.querySelector(".vl-tm-origin-text")!.textContent).toContain("first non-finite in 1 (call 0)");
+    expect(el.querySelector(".vl-tm-counters")!.textContent).toBe("step 201 · sampled every 100 · 3 samples shown · 1 non-finite step");
+    expect(el.querySelector('[data-key="headroom"] .vl-vt-hlabel')!.textContent).toBe("Headroom (fp16)");
+    const mark = el.querySelector<HTMLElement>(".vl-tm-mark")!;
+    expect(mark.style.left).toBe("75%");
+    expect(cell(el, "0", "grad_map").querySelector("canvas")).not.toBeNull();
+  });
+
+  it("selects an event from its mark and follows live updates", () => {
+    const second: NonFiniteEvent = { step: 180, origin: { ...EVENT.origin!, module_path: "2", propagated_to: ["1", "0"] } };
+    const { el, model, cleanup } = setup([EVENT, second]);
+    expect(row(el, "2").classList.contains("vl-tm-origin")).toBe(true); // latest by default
+    el.querySelectorAll<HTMLElement>(".vl-tm-mark")[0].click();
+    expect(model.get("selected_event")).toBe(0);
+    expect(row(el, "1").classList.contains("vl-tm-origin")).toBe(true);
+    model.kernelSet("history", { ...history([EVENT, second]), steps_run: 301 });
+    expect(el.querySelector(".vl-tm-counters")!.textContent).toContain("step 301");
+    cleanup();
+    expect(model.listenerCount("change:history")).toBe(0);
+  });
+
+  it("says when nothing went wrong yet", () => {
+    const { el } = setup([]);
+    expect(el.querySelector(".vl-tm-origin-text")!.textContent).toBe("No non-finite gradient so far.");
+    expect(el.querySelector<HTMLElement>(".vl-tm-goto")!.hidden).toBe(true);
+    expect(el.querySelectorAll(".vl-tm-mark").length).toBe(0);
+  });
+});
