@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { aggregateMaps, concentrationText, displayRange, modesFor, rangeText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { aggregateMaps, concentrationText, decimalsFor, displayRange, fixed, mapExplanation, modesFor, rangeText, relianceBar, relianceText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -167,7 +167,9 @@ describe("AttributionViewerWidget view", () => {
     expect(el.querySelector(".vl-av-empty")!.hasAttribute("hidden")).toBe(true);
     const [rgb, other] = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-panel"));
     expect(rgb.querySelector(".vl-av-stats")!.textContent).toContain("raw min 0 · max 2");
-    expect(rgb.querySelector(".vl-av-detail")!.textContent).toContain("Grad-CAM · encoders.rgb.conv3 · dedicated layer");
+    // Method and mode on one line, the layer on its own: nothing is cut off with an ellipsis.
+    const lines = Array.from(rgb.querySelectorAll(".vl-av-detail-line")).map((l) => l.textContent);
+    expect(lines).toEqual(["Grad-CAM · dedicated layer", "encoders.rgb.conv3"]);
     expect(other.querySelector(".vl-av-detail")!.textContent).toContain(HOSTILE);
     expect(rgb.querySelector(".vl-av-bar-max")!.textContent).toBe("2");
     const canvas = rgb.querySelector("canvas")!;
@@ -198,14 +200,14 @@ describe("AttributionViewerWidget view", () => {
     expect(flat.querySelector<HTMLElement>(".vl-av-flat-badge")!.title).toContain("0.0025% of rgb's");
     expect(flat.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(false);
     expect(flat.getAttribute("aria-label")).toContain("near-flat");
-    expect(flat.querySelector(".vl-av-range")!.textContent).toBe("raw span 2.000e-5 = 0.0025% of rgb's");
+    expect(flat.querySelector(".vl-av-range")!.textContent).toBe("value range 2.000e-5, 0.0025% of the widest camera (rgb)");
     // Normalised per camera: the colourbar's ends are the flat camera's own raw range.
     expect(flat.querySelector(".vl-av-bar-min")!.textContent).toBe("1.800e-4");
     expect(flat.querySelector(".vl-av-bar-max")!.textContent).toBe("2.000e-4");
     expect(rgb.classList.contains("vl-av-flat")).toBe(false);
     expect(rgb.querySelector<HTMLElement>(".vl-av-flat-badge")!.hidden).toBe(true);
     expect(rgb.querySelector<HTMLElement>(".vl-av-hatch")!.hidden).toBe(true);
-    expect(rgb.querySelector(".vl-av-range")!.textContent).toBe("raw span 1");
+    expect(rgb.querySelector(".vl-av-range")!.textContent).toBe("value range 1");
     // The mark goes when a recompute makes the map structured.
     model.kernelSet("attributions", { rgb: record("rgb", [0, 1, 0, 1], [2, 2]), [HOSTILE]: record(HOSTILE, [0, 1, 0, 1], [2, 2]) });
     expect(flat.classList.contains("vl-av-flat")).toBe(false);
@@ -261,11 +263,16 @@ describe("AttributionViewerWidget view", () => {
     expect(values(layer)).toEqual(["encoders.{camera}.conv3", "encoder.conv3", "head"]);
     expect(layer.options[2].textContent).toBe("head  (Linear)");
     expect(values(mode)).toEqual(["dedicated_layer"]);
-    expect(mode.disabled).toBe(true);
+    // One possible mode is said as text, not offered as a disabled menu of one.
+    expect(mode.hidden).toBe(true);
+    expect(q<HTMLElement>(".vl-av-mode-text").hidden).toBe(false);
+    expect(q(".vl-av-mode-text").textContent).toBe("dedicated layer");
     select(layer, "encoder.conv3");
     expect(values(mode)).toEqual(["per_camera_call", "stacked_camera_batch"]);
     expect(mode.value).toBe("per_camera_call");
     expect(mode.disabled).toBe(false);
+    expect(mode.hidden).toBe(false);
+    expect(q<HTMLElement>(".vl-av-mode-text").hidden).toBe(true);
     expect(mode.title).toContain("per-camera call, stacked batch");
     select(mode, "stacked_camera_batch");
     expect(layer.value).toBe("encoder.conv3");
@@ -369,16 +376,70 @@ describe("dataset view", () => {
     expect(el.querySelector("img")).toBeNull();
   });
 
-  it("draws one reliance bar per camera, longest for the largest drop, negative drops marked", () => {
+  it("draws one reliance bar per camera on one axis: a negative drop left of zero, to scale", () => {
     const { el } = mount({ dataset: datasetPayload() });
     const rows = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-rel-row"));
     expect(rows.map((r) => r.querySelector(".vl-av-rel-camera")!.textContent)).toEqual(["rgb", HOSTILE]);
     const fills = rows.map((r) => r.querySelector<HTMLElement>(".vl-av-rel-fill")!);
-    expect(fills[0].style.width).toBe("100%");
-    expect(fills[1].style.width).toBe("16.7%");
+    // Axis from -0.5 to 3: zero at 14.3 %, the drop of 3 fills the rest, -0.5 the part left of zero.
+    expect([fills[0].style.left, fills[0].style.width]).toEqual(["14.3%", "85.7%"]);
+    expect([fills[1].style.left, fills[1].style.width]).toEqual(["0%", "14.3%"]);
+    expect(rows[0].querySelector<HTMLElement>(".vl-av-rel-zero")!.style.left).toBe("14.3%");
     expect(fills[1].classList.contains("vl-av-rel-negative")).toBe(true);
-    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("3 ± 0.5 (75%)");
-    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.5 ± 0.25");
+    // One number format for every row; the rise is said in words, not as a share.
+    expect(rows[0].querySelector(".vl-av-rel-value")!.textContent).toBe("+3.00 ± 0.50 (75% of all drops)");
+    expect(rows[1].querySelector(".vl-av-rel-value")!.textContent).toBe("-0.50 ± 0.25 (score rises without it)");
+    expect(el.querySelector(".vl-av-reliance-note")!.textContent).toContain("removal raises the score");
+  });
+
+  it("words reliance at the decimals of the largest value", () => {
+    const rows = [
+      { camera: "a", drop: 0.9379, std: 0.08687, share: 1 },
+      { camera: "b", drop: -0.003172, std: 3.274e-4, share: 0 },
+    ];
+    expect(decimalsFor([0.9379, 0.003])).toBe(3);
+    expect(decimalsFor([120, 4])).toBe(0);
+    expect(decimalsFor([0])).toBe(3);
+    expect(relianceText(rows)).toEqual([
+      "+0.938 ± 0.087 (100% of all drops)", "-0.003 ± <0.001 (score rises without it)",
+    ]);
+    expect(fixed(-0.0001, 3)).toBe(">-0.001");
+    expect(relianceText([{ camera: "c", drop: 0, std: 0, share: 0 }])).toEqual(["0.000 ± 0.000 (no effect)"]);
+    // No positive drop at all: the zero line sits at the right end, bars grow left.
+    const neg = [{ camera: "a", drop: -2, std: 0, share: 0 }, { camera: "b", drop: -1, std: 0, share: 0 }];
+    expect(relianceBar(-1, neg)).toEqual({ zero: 100, left: 50, width: 50 });
+    expect(relianceBar(Number.NaN, neg)).toEqual({ zero: 100, left: 100, width: 0 });
+  });
+
+  it("explains a Grad-CAM++ raw scale and a constant map in one line", () => {
+    expect(mapExplanation({ method: "grad_cam_plus_plus", min: 0, max: 259.7, flat: false })).toContain("own scale");
+    expect(mapExplanation({ method: "grad_cam", min: 0.3333, max: 0.3333, flat: true })).toContain("one constant value (0.3333)");
+    expect(mapExplanation({ method: "grad_cam", min: 0, max: 0.45, flat: false })).toBe("");
+    const { el, model } = mount();
+    model.kernelSet("attributions", {
+      rgb: record("rgb", [0, 100, 200, 259.7], [2, 2], { method: "grad_cam_plus_plus", method_label: "Grad-CAM++" }),
+      [HOSTILE]: record(HOSTILE, [0.3333, 0.3333, 0.3333, 0.3333], [2, 2]),
+    });
+    const lines = Array.from(el.querySelectorAll<HTMLElement>(".vl-av-explain-line"));
+    expect(lines.map((l) => l.hidden)).toEqual([false, false]);
+    expect(lines[1].textContent).toContain("shows no location");
+  });
+
+  it("summarises cameras whose samples are all equally concentrated once, and keeps (not kept) in one piece", () => {
+    const entry = (id: number, c: number, kept: number | null) => ({
+      sample_id: id, concentration: c, kept_index: kept, map: arrayNode("float32", [2, 2], [1, 1, 1, 1]),
+    });
+    const flat = { most: [entry(0, 0.1, 0), entry(1, 0.1, 1)], least: [entry(2, 0.1, 2)], uniform: 0.1 };
+    const { el } = mount({
+      dataset: datasetPayload({ concentration: { all: { rgb: { most: [entry(31, 0.8, null)], least: [], uniform: null }, [HOSTILE]: flat } } }),
+    });
+    const card = el.querySelector<HTMLElement>(".vl-av-agg:last-child")!;
+    expect(card.querySelectorAll(".vl-av-conc-sample")).toHaveLength(0);
+    expect(card.querySelector(".vl-av-conc-uniform")!.textContent).toBe("every sample's map ≈ 0.10 concentrated");
+    expect(el.querySelector<HTMLElement>(".vl-av-flat-summary")!.hidden).toBe(false);
+    expect(el.querySelector(".vl-av-flat-summary")!.textContent).toContain(HOSTILE);
+    const gone = el.querySelector<HTMLElement>(".vl-av-conc-gone")!;
+    expect(gone.querySelector(".vl-av-conc-gone-note")!.textContent).toBe(" (not kept)");
   });
 
   it("asks the kernel for the sample the slider is released on, one request at a time", async () => {

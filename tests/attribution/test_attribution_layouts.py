@@ -554,3 +554,50 @@ def test_an_output_index_out_of_range_names_layer_index_and_length(
     assert all_hooks_removed(net)
     in_range = CameraExplanationTarget("cam", LayerTarget("stage", -1), "dedicated_layer")
     assert method(net, in_range, lambda: net(x)[:, 1]).shape == (2, 6, 6)
+
+
+class PoolNet(nn.Module):
+    """conv -> AvgPool2d (a 7x5 channels-first grid of 6 channels) -> head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.pool = nn.AvgPool2d(2)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.conv(x)).mean(dim=(2, 3)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("method", [grad_cam, grad_cam_plus_plus, ablation_cam])
+def test_a_layout_hint_that_contradicts_the_evidence_is_an_error(method: Any) -> None:
+    net = PoolNet().eval()
+    x = torch.rand(2, 3, 14, 10)  # pool output [2, 6, 7, 5]
+    target = CameraExplanationTarget("cam", LayerTarget("pool", layout="NHWC"), "dedicated_layer")
+    with pytest.raises(LayerLayoutError, match=r"layout='NHWC' .*contradicts.*channels-first"):
+        method(net, target, lambda: net(x)[:, 1])
+    # The hint that agrees still reads the 7x5 grid.
+    agreeing = CameraExplanationTarget("cam", LayerTarget("pool", layout="NCHW"), "dedicated_layer")
+    assert method(net, agreeing, lambda: net(x)[:, 1]).shape == (2, 7, 5)
+
+
+def test_a_token_grid_that_needs_a_guess_is_an_error() -> None:
+    net = Tokens(52).eval()  # 4 x 13 tokens: not a square grid after a known token count
+    x = torch.rand(2, 52, 3)
+    target = CameraExplanationTarget("cam", LayerTarget("out", layout="tokens"), "dedicated_layer")
+    with pytest.raises(LayerLayoutError, match=r"52 tokens.*guess.*tokens:<n>.*reshape_transform"):
+        grad_cam(net, target, lambda: net(x))
+    exact = CameraExplanationTarget("cam", LayerTarget("out", layout="tokens:3"), "dedicated_layer")
+    assert grad_cam(net, exact, lambda: net(x)).shape == (2, 7, 7)
+
+
+@pytest.mark.parametrize("method", [grad_cam, ablation_cam])
+def test_an_output_index_on_a_single_tensor_output_is_an_error(method: Any) -> None:
+    net = PoolNet().eval()
+    x = torch.rand(2, 3, 14, 10)
+    target = CameraExplanationTarget("cam", LayerTarget("conv", output_index=3), "dedicated_layer")
+    with pytest.raises(ValueError, match=r"'conv' returned a single tensor.*output_index=3"):
+        method(net, target, lambda: net(x)[:, 1])
+    zero = CameraExplanationTarget("cam", LayerTarget("conv", output_index=0), "dedicated_layer")
+    assert method(net, zero, lambda: net(x)[:, 1]).shape == (2, 14, 10)

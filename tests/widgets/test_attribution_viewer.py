@@ -130,7 +130,7 @@ def test_payload_marks_the_flat_camera_with_the_engines_rule(images):
 def test_non_finite_ranges_cross_as_explicit_floats(images):
     w = viewer(images)
     record = dataclasses.replace(w.records["rgb"], raw_max=float("nan"))
-    from vinlens.widgets.attribution_viewer import _record_payload
+    from vinlens.widgets.attribution_viewer_payload import record_payload as _record_payload
 
     payload = _record_payload(
         record, map_flatness({"rgb": (record.raw_min, record.raw_max)})["rgb"]
@@ -742,3 +742,78 @@ def test_interrupting_a_waiting_dataset_pass_cancels_it(images, monkeypatch):
         w.explain_dataset(SlowLoader())
     assert w.dataset_task["state"] == "cancelled" and w.dataset == {}
     assert w.current_task is None and hook_count(w._model) == 0
+
+
+# -- faults of the third hostile round (issue 23, class 7) ---------------------------------------
+
+
+def test_browser_updates_naming_no_sample_or_camera_are_refused(images):
+    w = viewer(images)
+    w.explain_dataset(loader(4, 2), keep_samples=3)
+    for state, name in [
+        ({"sample_index": -5}, "sample_index"),
+        ({"sample_index": 3}, "sample_index"),
+        ({"focused_camera": "ghost"}, "focused_camera"),
+    ]:
+        w.set_state(state)
+        assert name in w.error, (state, w.error)
+    assert (w.sample_index, w.focused_camera) == (0, w.camera_keys[0])
+    w.set_state({"sample_index": 2, "focused_camera": w.camera_keys[1]})
+    assert (w.sample_index, w.focused_camera) == (2, w.camera_keys[1])
+
+
+def test_mean_baseline_pass_ends_with_its_results(images):
+    w = viewer(images)
+    w.explain_dataset(loader(8, 2), baseline="mean", keep_samples=4)
+    assert w.dataset["baseline"] == "mean" and w.dataset["samples"] == 8
+    assert w.dataset_task["state"] == "done" and w.status == "idle"
+    assert len(w.reliance) == len(w.camera_keys)
+
+
+def test_mean_baseline_over_a_generator_reads_the_maps_batches_only(images):
+    read = []
+
+    def generator():
+        for i, batch in enumerate(loader(12, 2)):
+            read.append(i)
+            yield batch
+
+    w = viewer(images)
+    with pytest.raises(RuntimeError, match="max_batches"):
+        w.explain_dataset(generator(), baseline="mean")
+    assert read == []  # refused before the generator was touched
+    w.explain_dataset(generator(), baseline="mean", max_batches=2, keep_samples=2)
+    assert read == [0, 1] and w.dataset["batches"] == 2
+
+
+def test_cancel_during_the_mean_pass_stops_reading_the_loader(images):
+    read = []
+    started = threading.Event()
+    gate = threading.Event()
+
+    class SlowLoader:
+        def __len__(self):
+            return 40
+
+        def __iter__(self):
+            for i in range(40):
+                read.append(i)
+                started.set()
+                gate.wait(0.05)
+                yield make_camera_images(1, evidence=EVIDENCE, seed=i)
+
+    w = viewer(images)
+    task = w.explain_dataset(SlowLoader(), baseline="mean", wait=False)
+    assert started.wait(30)
+    for _ in range(500):
+        if w.dataset_task.get("phase") == "mean" and w.dataset_task.get("done", 0) >= 1:
+            break
+        threading.Event().wait(0.01)
+    assert w.dataset_task["phase"] == "mean" and w.dataset_task["total"] == 40
+    w._dispatch({"kind": "cancel", "id": w.dataset_task["id"]})
+    task.join(30)
+    count = len(read)
+    threading.Event().wait(0.3)
+    assert isinstance(task.exception, CommandCancelled)
+    assert w.dataset_task["state"] == "cancelled"
+    assert len(read) == count and count < 40  # nothing reads the loader after the cancel

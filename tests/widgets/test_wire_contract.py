@@ -94,6 +94,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         ModelHealthWidget,
         ModuleTableWidget,
         SnapshotBrowserWidget,
+        StoreCompareWidget,
         StoreDashboardWidget,
     )
 
@@ -152,6 +153,14 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         w.wait(120)
         return w
 
+    def store_compare() -> Any:
+        from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
+
+        other = write_synthetic_store(tmp_path / "other", SyntheticStoreSpec(seed=1, num_scenes=4))
+        w = StoreCompareWidget(dataset.config, other.config, max_samples=None)
+        w.wait(120)
+        return w
+
     def coverage() -> Any:
         w = CoverageHeatmapWidget(dataset.config)
         w.wait(120)
@@ -177,6 +186,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "model_health_stats_and_origin", model_health
     yield "model_health_diff", model_health_diff
     yield "store_dashboard", dashboard
+    yield "store_compare", store_compare
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
     yield "edge_cases", _edge_cases

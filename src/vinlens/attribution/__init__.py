@@ -4,8 +4,9 @@ Engine only (torch + numpy, no UI imports). :func:`explain_cameras` is the entry
 point a viewer uses; :mod:`vinlens.attribution.methods` has the per-camera methods
 (listed in :mod:`vinlens.attribution.registry`), :mod:`vinlens.attribution.capture`
 the hook helpers they share and :mod:`vinlens.attribution.layout` how a layer output
-is read as a feature map. :mod:`vinlens.attribution.aggregate` folds maps and camera
-reliance over a whole data slice.
+is read as a feature map. :mod:`vinlens.attribution.dataset` folds maps and camera
+reliance over a whole data slice on the one operation shape (:func:`explain_dataset`;
+:mod:`vinlens.attribution.aggregate` keeps the names together).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from vinlens.attribution.aggregate import (
     CameraMapStatistics,
     CameraReliance,
     CameraRelianceStatistics,
+    DatasetExplanation,
+    KeptSample,
     RelianceSummary,
     aggregate_attributions,
     batch_camera_images,
     camera_image_means,
     camera_reliance,
     camera_reliance_over,
+    explain_dataset,
 )
 from vinlens.attribution.explain import (
     ATTRIBUTION_METHODS,
@@ -61,7 +65,9 @@ __all__ = [
     "CameraMapStatistics",
     "CameraReliance",
     "CameraRelianceStatistics",
+    "DatasetExplanation",
     "ImageLike",
+    "KeptSample",
     "LayerCalls",
     "LayerChoice",
     "LayerLayoutError",
@@ -81,6 +87,7 @@ __all__ = [
     "capture_modes_for_layer",
     "check_camera_targets",
     "explain_cameras",
+    "explain_dataset",
     "grad_cam",
     "grad_cam_plus_plus",
     "layer_choices",

@@ -232,6 +232,15 @@ def _layer_output(
             f"Target layer {module_path!r} returned {type(value).__name__}; attribution needs "
             "a tensor or a tuple of tensors."
         )
+    # select_tensor_output passes a single tensor through whatever the index (its seed
+    # contract); here an index the output cannot have is refused, so a caller who asked
+    # for output 3 is not silently shown output 0.
+    if isinstance(value, torch.Tensor) and output_index not in (None, 0, -1):
+        raise ValueError(
+            f"Target layer {module_path!r} returned a single tensor of shape "
+            f"{tuple(value.shape)}, not a tuple, so output_index={output_index} names no "
+            "output; leave output_index None (or 0) for a layer with one output."
+        )
     return select_tensor_output(value, output_index)
 
 

@@ -22,9 +22,17 @@ never computed from a guessed axis. The rule (:func:`infer_nchw_evidence`):
   :class:`LayerLayoutError` naming the layer, its output shape and the two ways to
   say the layout.
 
+A layout that is given is checked against the same evidence: ``layout="NHWC"`` on an
+output that is channels-first by the rule above (a pooling or convolution output) is a
+contradiction and raises, instead of reading the channels as the grid.
+
 Token rule: ``layout="tokens"`` reads ``N`` tokens as ``N - k*k`` leading tokens and a
 ``k x k`` grid with ``k = isqrt(N)`` (the largest square that fits), accepted only when
-that leaves at most :data:`MAX_INFERRED_LEADING_TOKENS` leading tokens and ``k >= 2``;
+that leaves a leading-token count real vision transformers use
+(:data:`INFERRED_LEADING_TOKENS`: none, a class token, class + distillation, 4 registers,
+class + 4 registers) and ``k >= 2``; any other remainder (52 tokens would be 3 leading
+and 7x7, or a 4x13 grid) would be a guess and raises, pointing at ``"tokens:<n>"`` and
+``reshape_transform``;
 ``layout="tokens:<n>"`` gives the number of leading tokens explicitly (``"tokens:0"``
 for a grid without class token) and needs ``N - n`` to be a square. Leading tokens are
 not part of the map (their gradients and activations are ignored), as with
@@ -42,6 +50,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "INFERRED_LEADING_TOKENS",
     "LAYER_LAYOUTS",
     "MAX_INFERRED_LEADING_TOKENS",
     "LayerLayoutError",
@@ -60,6 +69,11 @@ MAX_INFERRED_LEADING_TOKENS = 8
 
 More than that is far likelier a non-square grid than extra tokens, so it is refused
 and the count must be given as ``"tokens:<n>"``."""
+
+INFERRED_LEADING_TOKENS: tuple[int, ...] = (0, 1, 2, 4, 5)
+"""Leading-token counts ``layout="tokens"`` infers: none, a class token, class +
+distillation token (DeiT), 4 registers, class + 4 registers (DINOv2 with registers).
+Every count is at most :data:`MAX_INFERRED_LEADING_TOKENS`."""
 
 ReshapeTransform = Callable[[torch.Tensor], torch.Tensor]
 
@@ -202,6 +216,12 @@ def infer_nchw_evidence(module: nn.Module, output: torch.Tensor) -> bool:
     return found
 
 
+def _evidence(module: nn.Module) -> str:
+    if isinstance(module, _NCHW_MODULES):
+        return f"{type(module).__name__} outputs are channels-first by definition"
+    return "its computation ends in a channels-first operation with no permute after it"
+
+
 def _hint(path: str) -> str:
     return (
         f"Say how to read it: LayerTarget({path!r}, layout='NCHW' | 'NHWC' | 'tokens' | "
@@ -286,6 +306,15 @@ def _tokens_reader(
                 f"{MAX_INFERRED_LEADING_TOKENS} layout='tokens' infers. Give the count as "
                 f"layout='tokens:<n>', or a reshape_transform for a non-square grid."
             )
+        if inferred not in INFERRED_LEADING_TOKENS:
+            raise LayerLayoutError(
+                f"Layer {path!r}{where} has {tokens} tokens (output shape {shape}); reading "
+                f"them as {inferred} leading tokens and a {side}x{side} grid would be a guess "
+                f"({inferred} is not a leading-token count vision transformers use: "
+                f"{', '.join(map(str, INFERRED_LEADING_TOKENS))}), and {tokens} tokens may as "
+                f"well be a non-square grid. Give the count as layout='tokens:<n>', or a "
+                "reshape_transform that returns [B, C, H, W]."
+            )
         leading = inferred
     else:
         side = math.isqrt(max(tokens - leading, 0))
@@ -342,6 +371,14 @@ def spatial_reader(
             )
         if kind == "NCHW":
             return SpatialReader(module_path, "NCHW", _identity)
+        if infer_nchw_evidence(module, output):
+            raise LayerLayoutError(
+                f"layout='NHWC' for layer {module_path!r}{where} contradicts its output: a "
+                f"{type(module).__name__} output of shape {shape} is channels-first "
+                f"[B, C, H, W] ({_evidence(module)}), so reading it as [B, H, W, C] would take "
+                f"the channels for a grid. Use layout='NCHW' (or leave layout out), or a "
+                "reshape_transform if the output really is channels-last."
+            )
         return SpatialReader(module_path, "NHWC", _channels_last)
     if len(shape) == 4:
         if infer_nchw_evidence(module, output):

@@ -205,6 +205,48 @@ TOUR: list[_Cell] = [
         "pool = ProcessPoolExecutor(2)\n"
         "StoreDashboardWidget('file://' + str(demo.store_dir), executor=pool)",
     ),
+    (
+        "md",
+        "## 11. A training run that blows up at a known step\n\n"
+        "The small network below has an `RMSNorm` with its epsilon outside the square root. "
+        "At step 120 one sample is all zeros (a camera that went dark): the forward stays "
+        "finite, but the gradient of `sqrt` at 0 is infinite and the backward makes NaN. "
+        "`TrainingMonitor` checks every step with one gradient norm, replays the bad step "
+        "from its saved random state and names the module; `TrainingMonitorWidget`, shown "
+        "before the loop, updates while it runs: gradient norm and activation std per module "
+        "and step, the event on the step axis, the origin row highlighted, and the float16 "
+        "headroom of each module (`encoder.0` would overflow: under 1 bit). See "
+        "`docs/health.md`.",
+    ),
+    (
+        "code",
+        'from collections import OrderedDict\n\nfrom torch import nn\n\nfrom vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom\nfrom vinlens.widgets import TrainingMonitorWidget\n\n\nclass RMSNorm(nn.Module):\n    """RMS normalisation with its epsilon outside the square root: the bug."""\n\n    def __init__(self, width):\n        super().__init__()\n        self.weight = nn.Parameter(torch.ones(width))\n\n    def forward(self, x):\n        return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)\n\n\ntorch.manual_seed(0)\nnet = nn.Sequential(OrderedDict(\n    encoder=nn.Sequential(nn.Linear(16, 64, bias=False), RMSNorm(64), nn.ReLU()),\n    head=nn.Linear(64, 4),\n))\ninputs = torch.randn(200, 8, 16) * 2e4  # raw sensor units\ntargets = torch.randint(0, 4, (200, 8))\ninputs[120, 3] = 0.0  # at step 120 one camera went dark: an all-zero sample\nmonitor = TrainingMonitor(net, every=10)\nview = TrainingMonitorWidget(monitor, precision=precision_headroom(net, lambda: net(inputs[0])))\n',
+    ),
+    ("code", "view"),
+    (
+        "code",
+        "optimizer = torch.optim.SGD(net.parameters(), lr=0.05)\nloss_fn = nn.CrossEntropyLoss()\nfor step in range(len(inputs)):\n    def train_step():\n        optimizer.zero_grad()\n        loss = loss_fn(net(inputs[step]), targets[step])\n        loss.backward()\n        return loss\n    try:\n        monitor.run_step(train_step)\n    except NonFiniteGradientError as error:\n        print(error)\n        break\n    optimizer.step()\nview.refresh()\n",
+    ),
+    (
+        "md",
+        "## 12. What changed between two store versions?\n\n"
+        "`demo.shifted_store` is the demo store regenerated the way a team regenerates its store: "
+        "a new oracle (RRI scaled by 1.25 and shifted by 0.05), one scene dropped and four "
+        "samples added. `compare_vin_offline_stores` counts every field of both stores on one "
+        "shared binning (float16 exactly, float32 to 2**-7 of the value) and gives each field "
+        "PSI, Jensen-Shannon distance, Wasserstein distance and KS statistic; the widget ranks "
+        "the fields by the metric you pick (the drifted `rri` comes first), overlays both "
+        "histograms, lists the samples and scenes found in one store only and each store's "
+        "problems. Same from a shell: `vinlens store compare A B`.",
+    ),
+    (
+        "code",
+        "from vinlens.store import compare_vin_offline_stores\n"
+        "from vinlens.widgets import StoreCompareWidget\n\n"
+        "comparison = compare_vin_offline_stores(demo.store, demo.shifted_store, max_samples=None)\n"
+        "print([f.name for f in comparison.most_drifted(k=3)], comparison.scenes_only_in_a)\n"
+        "StoreCompareWidget(demo.store, demo.shifted_store, max_samples=None)",
+    ),
 ]
 
 MODEL_INSPECTION: list[_Cell] = [

@@ -9,5 +9,6 @@ from vinlens.widgets.model_health import ModelHealthWidget as ModelHealthWidget
 from vinlens.widgets.module_table import ModuleTableWidget as ModuleTableWidget
 from vinlens.widgets.snapshot_browser import SnapshotBrowserWidget as SnapshotBrowserWidget
 from vinlens.widgets.snapshot_browser import SnapshotTableWidget as SnapshotTableWidget
+from vinlens.widgets.store_compare import StoreCompareWidget as StoreCompareWidget
 from vinlens.widgets.store_dashboard import StoreDashboardWidget as StoreDashboardWidget
 from vinlens.widgets.training_monitor import TrainingMonitorWidget as TrainingMonitorWidget
