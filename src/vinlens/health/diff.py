@@ -16,6 +16,7 @@ from vinlens.health.summaries import (
     check_model,
     floating_tensors,
     labelled_modules,
+    reducible,
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
@@ -230,7 +231,9 @@ def compare_models(
 
     Raises:
         TypeError: a model is not a module or ``run`` is not callable.
-        ValueError: an unknown path, or forwards that do not make the same calls.
+        ValueError: an unknown path, forwards that do not make the same calls, or a
+            dropout module in train mode (both forwards draw from torch's one RNG at
+            once, so seeding ``run`` cannot give them the same mask).
         Exception: whatever ``run`` raises, after every hook is removed.
     """
     check_model(model_a, "model_a")
@@ -249,6 +252,11 @@ def compare_models(
                 "but not in model_b"
             )
         paired = wanted
+    _refuse_train_mode_randomness(paths_a, "model_a")
+    if model_b is not model_a:
+        _refuse_train_mode_randomness(paths_b, "model_b")
+    ids_b = {id(module) for module in paths_b.values()}
+    shared = {path for path in paired if id(paths_a[path]) in ids_b}
     unpaired = tuple(
         [p for p in paths_a if p not in paths_b] + [p for p in paths_b if p not in paths_a]
     )
@@ -270,8 +278,10 @@ def compare_models(
         arrive = step.arrive_a if side == "a" else step.arrive_b
 
         def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-            # The same model passed twice carries both sides' hooks: keep the caller's.
-            if (threading.get_ident() == thread_a) != (side == "a"):
+            # A module in both models carries both sides' hooks: the thread tells which
+            # forward called it. Any other module belongs to one side, whichever thread
+            # ``run`` drives its forward on.
+            if label in shared and (threading.get_ident() == thread_a) != (side == "a"):
                 return
             key = (side, label)
             index = counts.get(key, 0)
@@ -326,6 +336,33 @@ def compare_models(
     return ModelDiff(modules=tuple(step.diffs), unpaired_paths=unpaired)
 
 
+_RANDOM_IN_TRAINING = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+
+
+def _refuse_train_mode_randomness(modules: dict[str, nn.Module], name: str) -> None:
+    random = [
+        path
+        for path, module in modules.items()
+        if module.training
+        and isinstance(module, _RANDOM_IN_TRAINING)
+        and float(getattr(module, "p", 0.0)) > 0.0
+    ]
+    if random:
+        shown = ", ".join(repr(path) for path in random[:5]) + (", ..." if len(random) > 5 else "")
+        raise ValueError(
+            f"{name} has dropout in train mode ({shown}): compare_models runs both forwards "
+            "at once and they draw from torch's one random generator, so even a seeded run "
+            "gives them different masks; call .eval() on both models (or set p=0)"
+        )
+
+
 def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleDiff:
     tensors_a = list(floating_tensors(output_a, "output"))
     tensors_b = list(floating_tensors(output_b, "output"))
@@ -340,6 +377,7 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
     every_finite = True
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
+        a, b = reducible(a), reducible(b)  # float8: an exact float16 copy
         finite_before = summary_a.finite + summary_b.finite
         summary_a.update(a)
         summary_b.update(b)
