@@ -37,6 +37,7 @@ MODULES = (
     "vinlens.store.dataset",
     "vinlens.store.synthetic",
     "vinlens.store.diagnostics",
+    "vinlens.store.compare",
     "vinlens.export",
     "vinlens.plotting",
     "vinlens.widgets",

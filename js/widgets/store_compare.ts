@@ -255,7 +255,7 @@ function render({ model, el }: RenderProps<CompareModel>): () => void {
         h("dt", {}, "Store A"), h("dd", { class: "vl-mono" }, String(hd.store_a)),
         h("dt", {}, "Store B"), h("dd", { class: "vl-mono" }, String(hd.store_b)),
         h("dt", {}, "Rows scanned"), h("dd", {}, `A ${scanned(hd.sampled_samples_a, hd.num_samples_a)} · B ${scanned(hd.sampled_samples_b, hd.num_samples_b)}`),
-        h("dt", {}, "Binning"), h("dd", {}, `float16 exact · float32 bins ${tick(hd.float32_relative_resolution)} of |x| · PSI over ${hd.psi_bins} A-decile bins, ε ${tick(hd.psi_epsilon)}`)),
+        h("dt", {}, "Binning"), h("dd", {}, `float16 exact · float32 bins ${(100 * hd.float32_relative_resolution).toPrecision(2)}% of |x| wide · PSI over ${hd.psi_bins} A-decile bins, ε ${tick(hd.psi_epsilon)}`)),
       h("table", { class: "vl-table vl-sc-splits" },
         h("thead", {}, h("tr", {}, h("th", {}, "split"), h("th", { class: "vl-num" }, "A"), h("th", { class: "vl-num" }, "B"))),
         h("tbody", {}, ...rows)));
@@ -275,7 +275,7 @@ function render({ model, el }: RenderProps<CompareModel>): () => void {
       return c.kind === "string" ? c.get(i) : String(c.values[i]);
     };
     const columns = [
-      { key: "rank", label: "#", minWidth: 32, align: "right" as const, resizable: false },
+      { key: "rank", label: "#", minWidth: 44, align: "right" as const, resizable: false },
       { key: "name", label: "field", minWidth: 200, grow: 2 },
       { key: metric, label: METRICS.find(([k]) => k === metric)?.[1] ?? metric, minWidth: 110, align: "right" as const },
       ...METRICS.filter(([k]) => k !== metric).map(([k, label]) => ({ key: k, label, minWidth: 90, align: "right" as const })),

@@ -57,3 +57,20 @@ def describe(violations: list[dict[str, Any]]) -> str:
         for n in v["nodes"][:6]:
             lines.append(f"    {n['target']}: {n['summary']}\n      {n['html']}")
     return "\n".join(lines)
+
+
+def axe_checked_nodes(page: Any, selector: str, rule: str) -> int:
+    """How many nodes axe's ``rule`` applied to inside ``selector`` (passed, failed or unsure):
+    a guard against a host layout that makes axe skip everything as clipped."""
+    inject_axe(page)
+    return int(
+        page.evaluate(
+            """async ([selector, rule]) => {
+                const r = await window.axe.run({ include: [[selector]] },
+                                               { runOnly: { type: "rule", values: [rule] } });
+                return [...r.passes, ...r.violations, ...r.incomplete]
+                    .reduce((n, v) => n + v.nodes.length, 0);
+            }""",
+            [selector, rule],
+        )
+    )

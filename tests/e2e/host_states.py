@@ -41,7 +41,7 @@ def builders() -> dict[str, Callable[[], Any]]:
 
     from vinlens.demo import CAMERA_KEYS, EVIDENCE_CLASS, make_camera_images
     from vinlens.demo.config import DemoVinConfig
-    from vinlens.demo.data import ensure_demo_data
+    from vinlens.demo.data import DEMO_STORE_SPEC, ensure_demo_data
     from vinlens.model_inspection import CaptureLimits
     from vinlens.widgets import (
         AttributionViewerWidget,
@@ -105,6 +105,70 @@ def builders() -> dict[str, Callable[[], Any]]:
             broken.get_submodule("encoders.slam-left.conv2").weight[0, 0, 0, 0] = float("nan")
         return ModelHealthWidget(broken, lambda m: m(images))
 
+    def store_compare() -> Any:
+        import dataclasses
+
+        from vinlens.store.synthetic import write_synthetic_store
+        from vinlens.widgets.store_compare import StoreCompareWidget
+
+        other = dataclasses.replace(DEMO_STORE_SPEC, seed=DEMO_STORE_SPEC.seed + 1)
+        store_b = write_synthetic_store(
+            Path(demo.store_dir).parent / "store-b", other, replace=True
+        )
+        w = StoreCompareWidget(demo.store, store_b.config)
+        w.wait(180)
+        return w
+
+    def training_monitor() -> Any:
+        # The tour's training cell: a norm with its epsilon outside the square root and one
+        # all-zero sample at step 120; the monitor names the module on the bad step.
+        from collections import OrderedDict
+
+        from torch import nn
+
+        from vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom
+        from vinlens.widgets.training_monitor import TrainingMonitorWidget
+
+        class RMSNorm(nn.Module):
+            def __init__(self, width: int) -> None:
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(width))
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)
+
+        torch.manual_seed(0)
+        net = nn.Sequential(
+            OrderedDict(
+                encoder=nn.Sequential(nn.Linear(16, 64, bias=False), RMSNorm(64), nn.ReLU()),
+                head=nn.Linear(64, 4),
+            )
+        )
+        inputs = torch.randn(200, 8, 16) * 2e4
+        targets = torch.randint(0, 4, (200, 8))
+        inputs[120, 3] = 0.0
+        monitor = TrainingMonitor(net, every=10)
+        view = TrainingMonitorWidget(
+            monitor, precision=precision_headroom(net, lambda: net(inputs[0]))
+        )
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+        loss_fn = nn.CrossEntropyLoss()
+        for step in range(len(inputs)):
+
+            def train_step(step: int = step) -> torch.Tensor:
+                optimizer.zero_grad()
+                loss = loss_fn(net(inputs[step]), targets[step])
+                loss.backward()
+                return loss
+
+            try:
+                monitor.run_step(train_step)
+            except NonFiniteGradientError:
+                break
+            optimizer.step()
+        view.refresh()
+        return view
+
     return {
         "config_tree": lambda: ConfigTreeWidget(config),
         "module_table": module_table,
@@ -113,6 +177,8 @@ def builders() -> dict[str, Callable[[], Any]]:
         "coverage_heatmap": coverage_heatmap,
         "attribution_viewer": attribution_viewer,
         "model_health": model_health,
+        "store_compare": store_compare,
+        "training_monitor": training_monitor,
     }
 
 

@@ -37,6 +37,8 @@ WIDGETS = [
     "coverage_heatmap",
     "attribution_viewer",
     "model_health",
+    "store_compare",
+    "training_monitor",
 ]
 
 

@@ -23,6 +23,7 @@ WIDGETS = {
     "coverage-heatmap": ".vl-cov",
     "attribution-viewer": ".vl-av",
     "model-health": ".vl-model-health",
+    "store-compare": ".vl-sc",
 }
 
 # Screenshots of a later widget of a kind, by its index among the tour's widgets of that kind.

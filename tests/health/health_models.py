@@ -60,3 +60,35 @@ def assert_no_hooks(*models: nn.Module) -> None:
             assert not module._forward_hooks_with_kwargs, name
     assert not torch.nn.modules.module._global_forward_hooks
     assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+class StatsNet(nn.Module):
+    """A small CNN built the same on every worker (seeded), for the executor tests."""
+
+    def __init__(self, width: int = 6, seed: int = 0) -> None:
+        super().__init__()
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width))
+        self.act = nn.ReLU()
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 3))
+        torch.random.set_rng_state(generator_state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.act(self.stem(x)))
+
+
+def stats_batch(index: int) -> torch.Tensor:
+    """Batch ``index`` of the executor tests, the same wherever it is made."""
+    generator = torch.Generator().manual_seed(100 + index)
+    return torch.randn(2, 3, 12, 12, generator=generator) * 3 + 0.25
+
+
+def load_stats_shard(index: int) -> list[torch.Tensor]:
+    """Shard ``index``: three batches, loaded on the worker by index alone."""
+    return [stats_batch(3 * index + offset) for offset in range(3)]
+
+
+def run_scaled(model: nn.Module, batch: torch.Tensor) -> object:
+    """A top-level ``run`` (what an executor can send)."""
+    return model(batch * 0.5)

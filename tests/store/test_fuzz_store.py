@@ -8,6 +8,12 @@ Bounds: every example has a hypothesis deadline and the test a pytest-timeout, s
 fails the suite instead of stalling it; ``tracemalloc`` (which sees numpy's buffers) caps
 the peak memory of each example.
 
+The mid-scan fuzz deletes or rewrites one chunk or record file *between its shard's listing
+and its reads* (locally and on moto S3); its rule is "the undamaged numbers with the damage
+listed, or a named error": a deletion leaves exactly the numbers of a store that lacked the
+file from the start and lists it, a rewrite is a named replacement error, and a file the
+scan never read leaves the pristine numbers.
+
 Oracle: the run raises an error of the project's own classes whose message names a path
 inside the damaged directory, or it returns. Structural damage (a file of another size,
 kind or existence) must then be listed (``integrity_problems``) or leave the numbers equal
@@ -30,6 +36,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from midscan import MUTATIONS, after_listing, mutate_local, mutate_s3
+from s3_server import S3Server, s3_filesystem
 
 from vinlens.store.access import StoreAccessError
 from vinlens.store.coverage import clear_coverage_cache, collect_vin_offline_dataset_coverage
@@ -292,3 +300,106 @@ def test_damaged_raw_tars_give_named_error_or_same_coverage(
             )
         )
     assert _normalized(outcome.record) == expected, f"coverage changed silently: {muts}"
+
+
+# --------------------------------------------------------------------------------------
+# Files changed between a shard's listing and its reads
+# --------------------------------------------------------------------------------------
+
+MIDSCAN = settings(FUZZ, max_examples=24)
+
+
+def _scanned_files(pristine: Pristine) -> list[str]:
+    """Chunk and record files (store-relative): the files a scan reads after listing them."""
+    return [
+        f.removeprefix("store/")
+        for f in pristine.store_files
+        if "/c/" in f or f.endswith(".msgpack")
+    ]
+
+
+def _shard_of(rel: str) -> str:
+    return rel.split("/")[1]
+
+
+def _without_problems(record: Any) -> Any:
+    return dataclasses.replace(_normalized(record), integrity_problems=())
+
+
+def _check_midscan(
+    outcome: Outcome, root: str, rel: str, kind: str, pristine: Any, reference: Any
+) -> None:
+    """The undamaged numbers with the damage listed, or a named error."""
+    if outcome.error is not None:
+        error = outcome.error
+        assert isinstance(error, PROJECT_ERRORS), f"{type(error).__name__}: {error} ({kind} {rel})"
+        assert root in str(error), f"error does not name a file: {error} ({kind} {rel})"
+        return
+    record = outcome.record
+    if _normalized(record) == pristine:
+        return  # the scan never read the file after it changed
+    assert kind == "delete", f"rewritten {rel} was mixed into the numbers"
+    listed = [p for p in record.integrity_problems if rel in (p.path or "") + p.message]
+    assert listed, f"deleted {rel} left out silently: {record.integrity_problems}"
+    assert _without_problems(record) == _without_problems(reference), f"numbers of {rel}"
+
+
+def _midscan_local(
+    pristine: Pristine, workdir: Path, monkeypatch: pytest.MonkeyPatch, rel: str, kind: str
+) -> None:
+    root = _damaged_copy(pristine, workdir, [])
+    config = VinOfflineStoreConfig(store_dir=root / "store")
+    with after_listing(
+        monkeypatch, _shard_of(rel), lambda: mutate_local(root / "store" / rel, kind)
+    ):
+        outcome = _bounded(lambda: collect_vin_offline_dataset_stats(config, max_samples=None))
+    # The store as it is now (the file deleted before any listing) is the reference.
+    reference = (
+        collect_vin_offline_dataset_stats(config, max_samples=None) if kind == "delete" else None
+    )
+    _check_midscan(outcome, str(root), rel, kind, pristine.stats, reference)
+
+
+@MIDSCAN
+@given(data=st.data())
+def test_store_changed_mid_scan_keeps_undamaged_numbers_with_damage_listed(
+    pristine: Pristine, workdir: Path, monkeypatch: pytest.MonkeyPatch, data: st.DataObject
+) -> None:
+    rel = data.draw(st.sampled_from(_scanned_files(pristine)), label="file")
+    kind = data.draw(st.sampled_from(MUTATIONS), label="kind")
+    _midscan_local(pristine, workdir, monkeypatch, rel, kind)
+
+
+@MIDSCAN
+@given(data=st.data())
+def test_compressed_store_changed_mid_scan_keeps_undamaged_numbers_with_damage_listed(
+    pristine_zstd: Pristine, workdir: Path, monkeypatch: pytest.MonkeyPatch, data: st.DataObject
+) -> None:
+    rel = data.draw(st.sampled_from(_scanned_files(pristine_zstd)), label="file")
+    kind = data.draw(st.sampled_from(MUTATIONS), label="kind")
+    _midscan_local(pristine_zstd, workdir, monkeypatch, rel, kind)
+
+
+_S3_CASES = [0]
+
+
+# moto answers in tens of milliseconds and a new S3 client takes seconds on a loaded
+# machine: few examples, no per-example deadline (the test's timeout still bounds it).
+@settings(FUZZ, max_examples=4, deadline=None)
+@given(data=st.data())
+def test_s3_store_changed_mid_scan_keeps_undamaged_numbers_with_damage_listed(
+    pristine: Pristine, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, data: st.DataObject
+) -> None:
+    rel = data.draw(st.sampled_from(_scanned_files(pristine)), label="file")
+    kind = data.draw(st.sampled_from(("delete", "same_size")), label="kind")
+    _S3_CASES[0] += 1
+    url = s3_server.upload(pristine.root / "store", f"fuzz-midscan/{_S3_CASES[0]}/store")
+    fs = s3_filesystem(s3_server)
+    key = f"{url.removeprefix('s3://')}/{rel}"
+    config = VinOfflineStoreConfig(store_dir=url, storage_options=s3_server.storage_options)
+    with after_listing(monkeypatch, _shard_of(rel), lambda: mutate_s3(fs, key, kind)):
+        outcome = _bounded(lambda: collect_vin_offline_dataset_stats(config, max_samples=None))
+    reference = (
+        collect_vin_offline_dataset_stats(config, max_samples=None) if kind == "delete" else None
+    )
+    _check_midscan(outcome, url, rel, kind, pristine.stats, reference)

@@ -93,6 +93,22 @@ def test_no_literal_colours_outside_the_theme_defaults(css):
     assert not literals, f"{css}: a literal colour ignores the theme (light and dark): {literals}"
 
 
+# JupyterLab's own colours for these fall below 4.5:1 as text (axe in tests/e2e); text takes
+# the derived --vl-*-text colours of theme.css instead.
+TEXT_TOO_WEAK = ["ui-font-color2", "warn-color0", "error-color0", "error-color1", "success-color0"]
+
+
+@pytest.mark.parametrize("css", CSS_FILES, ids=lambda p: str(p.relative_to(JS)))
+def test_text_uses_the_derived_colours_not_the_weak_theme_ones(css):
+    text = _strip_comments(css.read_text(encoding="utf-8"))
+    weak = "|".join(TEXT_TOO_WEAK)
+    found = re.findall(rf"(?<![-\w])color:\s*var\(--jp-({weak})\b", text)
+    assert not found, (
+        f"{css}: text in --jp-{found} is below 4.5:1 in JupyterLab's themes; use "
+        "var(--vl-muted-text), var(--vl-warn-text), var(--vl-error-text) or var(--vl-ok-text)"
+    )
+
+
 def test_every_colour_default_has_a_dark_counterpart():
     light, dark = _defaults()
     assert set(dark) <= set(light), f"dark-only defaults: {sorted(set(dark) - set(light))}"

@@ -3,11 +3,15 @@ accumulators."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import pickle
+import threading
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from vinlens.health.summaries import (
@@ -18,7 +22,16 @@ from vinlens.health.summaries import (
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
+from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
+from vinlens.operations import (
+    CancelToken,
+    ProgressCallback,
+    as_cancel_token,
+    check_executor,
+    run_operation,
+)
+from vinlens.workers import ModelRecipe, ShardedBatches
 
 __all__ = ["ActivationAccumulator", "ActivationStats", "collect_activation_stats"]
 
@@ -97,11 +110,99 @@ def _default_run(model: nn.Module, batch: Any) -> object:
     return model(batch)
 
 
+class _Collector:
+    """Hooks' target: the accumulator of the shard now running (swapped per shard)."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current = ActivationAccumulator()
+
+    def post(self, label: str, args: tuple[Any, ...], output: Any) -> None:
+        self.current.update(label, output)
+
+    def shard(
+        self,
+        model: nn.Module,
+        batches: Iterable[Any],
+        run: Callable[[nn.Module, Any], object],
+        token: CancelToken | None,
+    ) -> ActivationAccumulator:
+        """The partial of one shard: its batches folded into one fresh accumulator."""
+        partial = self.current = ActivationAccumulator()
+        for batch in batches:
+            if token is not None:
+                token.raise_if_cancelled()
+            run(model, batch)
+            partial.batches += 1
+        return partial
+
+
+@dataclass(frozen=True)
+class _StatsTask:
+    """One shard of :func:`collect_activation_stats` on a worker (plain, picklable data)."""
+
+    recipe: ModelRecipe
+    source: ShardedBatches
+    shard: int
+    run: Callable[[nn.Module, Any], object]
+    module_paths: tuple[str, ...] | None
+    threads: int
+
+
+def _stats_task(task: _StatsTask) -> ActivationAccumulator:
+    """The partial of one shard, with the model of ``task.recipe`` built on this worker."""
+    model = task.recipe.model()
+    threads = torch.get_num_threads()
+    collector = _Collector()
+    try:
+        # The same intra-op thread count as the caller's: reductions then split alike.
+        torch.set_num_threads(task.threads)
+        with torch.no_grad(), HookSet() as hooks:
+            hooks.hook_modules(labelled_modules(model, task.module_paths), post=collector.post)
+            return collector.shard(model, task.source.batches(task.shard), task.run, None)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_start_method(executor: concurrent.futures.Executor | None) -> None:
+    """Refuse a fork-started process pool: its workers hang in torch's thread pool.
+
+    A child forked after this process ran a parallel torch op inherits a locked
+    OpenMP pool (a known PyTorch limitation), so the first convolution on the worker
+    never returns. ``spawn`` and ``forkserver`` pools start clean.
+    """
+    if not isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+        return
+    context = getattr(executor, "_mp_context", None)
+    method = context.get_start_method() if context is not None else None
+    if method == "fork":
+        raise ValueError(
+            "collect_activation_stats cannot use a ProcessPoolExecutor that forks its workers: "
+            "torch's thread pool does not survive fork and the workers hang; create it with "
+            "mp_context=multiprocessing.get_context('spawn') (or 'forkserver')"
+        )
+
+
+def _check_picklable(value: object, what: str) -> None:
+    try:
+        pickle.dumps(value)
+    except Exception as error:
+        raise TypeError(
+            f"{what} {value!r:.80} cannot be sent to a worker ({type(error).__name__}: "
+            f"{error}); use a function defined at the top level of a module"
+        ) from None
+
+
 def collect_activation_stats(
-    model: nn.Module,
-    batches: Iterable[_Batch],
+    model: nn.Module | ModelRecipe,
+    batches: Iterable[_Batch] | ShardedBatches,
     run: Callable[[nn.Module, _Batch], object] | None = None,
     module_paths: Sequence[str] | None = None,
+    *,
+    executor: concurrent.futures.Executor | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: CancelToken | threading.Event | None = None,
 ) -> ActivationStats:
     """Summarize each module's outputs over every batch of a stream.
 
@@ -111,35 +212,121 @@ def collect_activation_stats(
     kept, so memory is independent of the number of batches; batches are read
     lazily, so a ``DataLoader`` streams.
 
+    The batches are folded shard by shard, in shard order (one operation of
+    :mod:`vinlens.operations`): a shard's batches go into one accumulator, which is then
+    merged into the result. A plain iterable is one batch a shard. With an ``executor``
+    the shards run on workers: ``model`` is then a :class:`~vinlens.workers.ModelRecipe`
+    (each worker builds the model once, in eval mode unless the recipe says otherwise,
+    and runs under ``torch.no_grad()`` with the caller's torch thread count) and
+    ``batches`` a :class:`~vinlens.workers.ShardedBatches` or a list; a process pool must
+    start its workers with ``spawn`` or ``forkserver``. The result equals
+    (``==``) the same call without an executor, which runs the same shards here.
+
     Args:
-        model: Constructed model whose registered modules are observed.
-        batches: Any iterable of batches (a ``DataLoader``, a generator, a list).
-        run: Callable taking the model and one batch that drives its forward.
+        model: Constructed model whose registered modules are observed, or a
+            :class:`~vinlens.workers.ModelRecipe` to build it from (needed with an
+            executor).
+        batches: Any iterable of batches (a ``DataLoader``, a generator, a list), or a
+            :class:`~vinlens.workers.ShardedBatches`; with a recipe, a list or
+            ``ShardedBatches`` (a generator cannot be split across workers).
+        run: Callable taking the model and one batch that drives its forward (a
+            top-level function with an executor).
         module_paths: Paths to summarize, or None for every registered module.
+        executor: None to run here, or any ``concurrent.futures.Executor`` (a process
+            pool, ``distributed.Client(...).get_executor()``).
+        progress: ``progress(done, total)`` in shards, when their number is known.
+        cancel: A :class:`~vinlens.operations.CancelToken` or ``threading.Event``; once
+            set, :class:`~vinlens.operations.OperationCancelled` is raised between batches
+            (between shards on an executor), with every hook removed.
 
     Returns:
         Per-path summaries over every call of every batch, and the batch count.
 
     Raises:
-        TypeError: bad model, run or batches.
-        ValueError: unknown module paths.
+        TypeError: bad model, run, batches or executor (an ``nn.Module`` with an
+            executor: pass a ``ModelRecipe``).
+        ValueError: unknown module paths, or a process pool that forks its workers (they
+            hang in torch's thread pool: use ``mp_context=get_context("spawn")``).
         Exception: whatever ``run`` or the iterator raises, after hooks are removed.
     """
-    check_model(model)
+    executor = check_executor(executor)
     if run is None:
         run = _default_run
     check_callable(run, "takes the model and one batch and drives the forward")
-    if not isinstance(batches, Iterable):
+    if isinstance(model, ModelRecipe):
+        return _recipe_stats(model, batches, run, module_paths, executor, progress, cancel)
+    check_model(model)
+    if executor is not None:
+        raise TypeError(
+            "collect_activation_stats(executor=...) builds the model on each worker: pass a "
+            "vinlens.workers.ModelRecipe (for example ModelRecipe.from_model(model, factory, "
+            f"kwargs)) instead of the {type(model).__qualname__} instance"
+        )
+    if not isinstance(batches, (Iterable, ShardedBatches)):
         raise TypeError(f"batches must be an iterable of batches, got {type(batches).__qualname__}")
     targets = labelled_modules(model, module_paths)
-    accumulator = ActivationAccumulator()
-
-    def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-        accumulator.update(label, output)
-
+    token = as_cancel_token(cancel)
+    shards: Iterable[Iterable[Any]]
+    if isinstance(batches, ShardedBatches):
+        source = batches
+        shards = (source.batches(index) for index in range(source.count))
+        total: int | None = source.count
+    else:
+        shards = ([batch] for batch in batches)
+        total = len(batches) if isinstance(batches, Sized) else None
+    result = ActivationAccumulator()
+    collector = _Collector()
     with HookSet() as hooks:
-        hooks.hook_modules(targets, post=post)
-        for batch in batches:
-            run(model, batch)
-            accumulator.batches += 1
-    return accumulator.finish()
+        hooks.hook_modules(targets, post=collector.post)
+        if progress is not None and total is not None:
+            progress(0, total)
+        for done, shard in enumerate(shards, start=1):
+            result.merge(collector.shard(model, shard, run, token))
+            if progress is not None and total is not None:
+                progress(done, total)
+    if token is not None:
+        token.raise_if_cancelled()
+    return result.finish()
+
+
+def _recipe_stats(
+    recipe: ModelRecipe,
+    batches: object,
+    run: Callable[[nn.Module, Any], object],
+    module_paths: Sequence[str] | None,
+    executor: concurrent.futures.Executor | None,
+    progress: ProgressCallback | None,
+    cancel: CancelToken | threading.Event | None,
+) -> ActivationStats:
+    paths = normalize_module_paths(module_paths)
+    threads = torch.get_num_threads()
+    if executor is not None:
+        _check_start_method(executor)
+        _check_picklable(run, "run")
+    if isinstance(batches, ShardedBatches):
+        tasks = [
+            _StatsTask(recipe, batches, index, run, paths, threads)
+            for index in range(batches.count)
+        ]
+    elif isinstance(batches, Sequence) and not isinstance(batches, (str, bytes)):
+        # One batch a shard; each task carries only its own batch.
+        tasks = [
+            _StatsTask(recipe, ShardedBatches.from_sequence([batch]), 0, run, paths, threads)
+            for batch in batches
+        ]
+    else:
+        raise TypeError(
+            "with a ModelRecipe, batches must be a list or tuple of batches or "
+            "vinlens.workers.ShardedBatches(load, count), got "
+            f"{type(batches).__qualname__}: an iterator or data loader cannot be split "
+            "across workers"
+        )
+    folded = run_operation(
+        tasks,
+        _stats_task,
+        start=ActivationAccumulator,
+        executor=executor,
+        progress=progress,
+        cancel=cancel,
+    )
+    return folded.finish()

@@ -325,15 +325,14 @@ def clear_coverage_cache() -> None:
         _cache.clear()
 
 
-def _member_names(access: StoreAccess, rel: str, size: int) -> list[str]:
+def _member_names(access: StoreAccess, rel: str, stat: FileStat) -> list[str]:
+    # Every read is pinned to the listing's stat: a tar replaced while its headers are
+    # walked is a StoreReplacedError, never a record mixing two objects.
     name = access.describe(rel)
-    if isinstance(access, FsspecStoreAccess):
-        if size <= SMALL_TAR_BYTES:
-            data = access.read_bytes(rel)
-            return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
-        with access.open_sized(rel, size) as handle:
-            return list_tar_member_names(handle, name=name, regular_only=True)
-    with access.open_binary(rel) as handle:
+    if isinstance(access, FsspecStoreAccess) and stat.size <= SMALL_TAR_BYTES:
+        data = access.read_pinned(rel, stat)
+        return list_tar_member_names(io.BytesIO(data), name=name, regular_only=True)
+    with access.open_pinned(rel, stat) as handle:
         return list_tar_member_names(handle, name=name, regular_only=True)
 
 
@@ -346,7 +345,7 @@ def _scan_tar(task: _TarTask) -> _TarPartial:
     """The partial of one tar (runs in a worker: opens its own access from the task)."""
     access = open_store_access(task.location, task.storage_options)
     try:
-        names = _member_names(access, task.rel, task.stat.size)
+        names = _member_names(access, task.rel, task.stat)
     except (VinOfflineStoreError, StoreAccessError):
         raise
     except OSError as exc:  # vanished, dangling link, permissions: name the tar

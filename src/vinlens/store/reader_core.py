@@ -8,12 +8,12 @@ block, record block and whole-store parts all use.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vinlens.store.access import StoreAccess
+from vinlens.store.access import FileStat, StoreAccess
 from vinlens.store.errors import BlockMismatchError, MissingBlockError, MissingShardError
 from vinlens.store.format import (
     MANIFEST_FILE,
@@ -51,6 +51,8 @@ class ZarrBlock:
     # read straight from the chunk files into the output array, bypassing zarr's pipeline.
     raw_dtype: np.dtype[Any] | None = None
     array: Any = None  # zarr.Array, opened on first need
+    # Chunk file (relative to the store) -> its stat when the block was listed.
+    pins: dict[str, FileStat] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +60,8 @@ class RecordBlock:
     spec: StoreBlockSpec
     msgpack_rel: str
     offsets: np.ndarray  # uint64, num_rows + 1
+    # The msgpack file as the block's opening saw it: every record read is pinned to it.
+    msgpack_pin: FileStat | None = None
 
 
 class ReaderCore:

@@ -47,7 +47,8 @@ class RecordBlockReads(ReaderCore):
         offsets = np.frombuffer(self.access.read_range(offsets_rel, 0, expected_size), dtype="<u8")
         if offsets.size != spec.num_rows + 1:
             raise CorruptRecordError("offsets file shrank while reading", path=offsets_path)
-        data_size = self.access.stat(msgpack_rel).size
+        msgpack_pin = self.access.stat(msgpack_rel)
+        data_size = msgpack_pin.size
         if int(offsets[0]) != 0:
             raise CorruptRecordError(
                 f"first offset is {int(offsets[0])}", path=offsets_path, expected="first offset 0"
@@ -89,10 +90,23 @@ class RecordBlockReads(ReaderCore):
                 path=msgpack_path,
                 expected=f"file size equal to the last offset {last}",
             )
-        block = RecordBlock(spec, msgpack_rel, offsets.astype(np.int64))
+        block = RecordBlock(spec, msgpack_rel, offsets.astype(np.int64), msgpack_pin)
         with self._lock:
             self._records[key] = block
         return block
+
+    def _record_bytes(self, block: RecordBlock, start: int, length: int) -> bytes:
+        if block.msgpack_pin is None:
+            return self.access.read_range(block.msgpack_rel, start, length)
+        try:
+            return self.access.read_pinned(block.msgpack_rel, block.msgpack_pin, start, length)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise MissingBlockError(
+                f"record block {block.spec.name!r}: the msgpack file vanished after the block "
+                "was opened",
+                path=self.access.describe(block.msgpack_rel),
+                expected="the files the block's opening saw (a published store does not change)",
+            ) from exc
 
     def record_offsets(self, shard_id: str, name: str) -> np.ndarray:
         """The validated ``num_rows + 1`` byte offsets of a record block (int64 copy)."""
@@ -117,7 +131,7 @@ class RecordBlockReads(ReaderCore):
                 f"{self.access.describe(block.msgpack_rel)}: record {row} outside 0:{block.spec.num_rows}"
             )
         start, stop = int(block.offsets[row]), int(block.offsets[row + 1])
-        data = self.access.read_range(block.msgpack_rel, start, stop - start)
+        data = self._record_bytes(block, start, stop - start)
         if len(data) != stop - start:
             raise CorruptRecordError(
                 f"short read: got {len(data)} of {stop - start} bytes of record {row}",
@@ -152,7 +166,7 @@ class RecordBlockReads(ReaderCore):
                 end += 1
             base = offsets[row - start]
             length = offsets[end - start] - base
-            data = self.access.read_range(block.msgpack_rel, base, length)
+            data = self._record_bytes(block, base, length)
             if len(data) != length:
                 raise CorruptRecordError(
                     f"short read at records {row}:{end}",

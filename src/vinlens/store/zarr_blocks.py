@@ -9,6 +9,7 @@ holding whole rows are read straight into the output array, bypassing zarr's pip
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 from collections.abc import Iterator
@@ -17,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from vinlens.store.access_base import FileStat
 from vinlens.store.errors import (
     BlockMismatchError,
     CorruptChunkError,
     MissingBlockError,
     MissingChunksError,
+    StoreReplacedError,
     VinOfflineStoreError,
 )
 from vinlens.store.format import BlockKind, arrays_dir
@@ -97,7 +100,7 @@ class ZarrBlockReads(ReaderCore):
                 path=path,
                 expected=f"dtype {spec.dtype}",
             )
-        status, complete_rows, row_chunk = self._chunk_status(shard_id, name, rel, meta)
+        status, complete_rows, row_chunk, pins = self._chunk_status(shard_id, name, rel, meta)
         block = ZarrBlock(
             spec,
             rel,
@@ -107,6 +110,7 @@ class ZarrBlockReads(ReaderCore):
             status,
             complete_rows,
             meta.raw_dtype,
+            pins=pins,
         )
         with self._lock:
             self._zarr[key] = block
@@ -118,7 +122,12 @@ class ZarrBlockReads(ReaderCore):
 
             try:
                 block.array = zarr.open_array(
-                    self.access.zarr_store(block.group_rel),
+                    self.access.zarr_store(
+                        block.group_rel,
+                        pins={
+                            rel[len(block.group_rel) + 1 :]: st for rel, st in block.pins.items()
+                        },
+                    ),
                     path=block.spec.name,
                     mode="r",
                     zarr_format=3,
@@ -133,7 +142,7 @@ class ZarrBlockReads(ReaderCore):
 
     def _chunk_status(
         self, shard_id: str, name: str, rel: str, meta: ArrayLayout
-    ) -> tuple[ChunkStatus, frozenset[int], int]:
+    ) -> tuple[ChunkStatus, frozenset[int], int, dict[str, FileStat]]:
         # The chunk grid is the storage-key grid: with the sharding codec one key holds a
         # whole shard, and completeness is checked per key, the unit zarr can silently miss.
         # The work is bounded by the chunk files that exist (one listing), never by the
@@ -145,15 +154,26 @@ class ZarrBlockReads(ReaderCore):
         inner_total = expected // counts[0] if counts and counts[0] else 1
         prefix = f"{rel}/"
         present: set[tuple[int, ...]] = set()
+        # What the listing saw of each chunk file: every later read is pinned to it, so a
+        # chunk that vanishes or is rewritten mid-scan is damage or a replacement, never
+        # silently other bytes (or zarr's fill value).
+        pins: dict[str, FileStat] = {}
         if expected and expected <= STAT_CHUNKS_UP_TO:
             for coords in itertools.product(*(range(n) for n in counts)):
-                if self._is_file(f"{prefix}{meta.encode_key(coords)}"):
+                chunk_rel = f"{prefix}{meta.encode_key(coords)}"
+                try:
+                    st = self.access.stat(chunk_rel)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                if not st.is_dir:
                     present.add(coords)
+                    pins[chunk_rel] = st
         elif expected:
-            for file_rel in self.access.walk_files(rel):
+            for file_rel, st in self.access.walk_file_stats(rel):
                 coords_or_none = meta.decode_key(file_rel[len(prefix) :], counts)
                 if coords_or_none is not None:
                     present.add(coords_or_none)
+                    pins[file_rel] = st
         per_row: dict[int, int] = {}
         for coords in present:
             first = coords[0] if coords else 0
@@ -177,7 +197,7 @@ class ZarrBlockReads(ReaderCore):
             missing_chunks=missing,
             missing_examples=tuple(examples),
         )
-        return status, complete_rows, int(grid[0]) if grid else 1
+        return status, complete_rows, int(grid[0]) if grid else 1, pins
 
     def _rows_complete(self, block: ZarrBlock, start: int, stop: int) -> bool:
         if start >= stop or block.status.complete:
@@ -236,6 +256,8 @@ class ZarrBlockReads(ReaderCore):
                         self._raise_missing(block, start, stop)
         try:
             data = self._zarr_handle(block)[start:stop]
+        except (MissingChunksError, StoreReplacedError):
+            raise  # a chunk vanished or changed after the listing: not a decoding problem
         except Exception as exc:
             raise CorruptChunkError(
                 f"cannot decode rows {start}:{stop} ({type(exc).__name__}: {exc})",
@@ -258,11 +280,18 @@ class ZarrBlockReads(ReaderCore):
             chunk_start = chunk * block.row_chunk
             upto = min(stop, chunk_start + block.row_chunk)
             rel = f"{block.path}/{block.meta.encode_key((chunk, *rest))}"
-            self._check_chunk_file(rel, chunk_bytes, block, (start, stop))
+            try:
+                pin = self._check_chunk_file(rel, chunk_bytes, block, (start, stop))
+            except FileNotFoundError:
+                self._raise_missing(block, start, stop)
             want = (upto - row) * row_bytes
             target = flat[(row - start) * row_bytes : (row - start) * row_bytes + want]
             try:
-                got = self.access.read_range_into(rel, (row - chunk_start) * row_bytes, target)
+                got = self.access.read_pinned_into(
+                    rel, pin, (row - chunk_start) * row_bytes, target
+                )
+            except (FileNotFoundError, NotADirectoryError):
+                raise self._vanished(block, rel, (start, stop)) from None
             except OSError as exc:
                 raise self._unreadable_chunk(rel, exc) from exc
             if got != want:
@@ -283,22 +312,31 @@ class ZarrBlockReads(ReaderCore):
             expected="a readable regular file",
         )
 
+    def _vanished(self, block: ZarrBlock, rel: str, rows: tuple[int, int]) -> MissingChunksError:
+        return MissingChunksError(
+            f"rows {rows[0]}:{rows[1]} of block {block.spec.name!r}: chunk file vanished after "
+            "the block was listed",
+            path=self.access.describe(rel),
+            expected="the chunk files the listing saw (a published store does not change)",
+        )
+
     def _check_chunk_file(
         self, rel: str, size: int | None, block: ZarrBlock, rows: tuple[int, int]
-    ) -> None:
-        """Refuse a directory, or a chunk that is not exactly ``size`` bytes (raw layouts).
+    ) -> FileStat:
+        """The listed stat of a chunk; refuse one that is not exactly ``size`` bytes (raw layouts).
 
-        Decided from ``stat`` alone, before anything is opened: a device (``/dev/zero``,
-        ``/dev/urandom``) or FIFO has size 0, never a raw chunk's size. Encoded chunks
-        (``size`` None) are opened by zarr through the access layer's store, which refuses
-        FIFOs and devices by name without blocking.
+        Decided from the block's listing alone, before anything is opened: a device
+        (``/dev/zero``) or FIFO has size 0, never a raw chunk's size. The read that follows
+        is pinned to this stat, so a file that changed since is caught there; encoded
+        chunks (``size`` None) are opened by zarr through the access layer's store, which
+        refuses FIFOs and devices by name without blocking. A chunk the listing lacks is
+        ``FileNotFoundError`` (the caller knows it from the chunk status).
         """
-        try:
-            st = self.access.stat(rel)
-        except FileNotFoundError:
-            raise  # a missing chunk: the caller knows it from the chunk status
-        except OSError as exc:
-            raise self._unreadable_chunk(rel, exc) from exc
+        st = block.pins.get(rel)
+        if st is None:
+            raise FileNotFoundError(
+                errno.ENOENT, "not in the block's chunk listing", self.access.describe(rel)
+            )
         if st.is_dir:
             raise CorruptChunkError(
                 f"cannot decode rows {rows[0]}:{rows[1]}: chunk is a directory",
@@ -312,6 +350,7 @@ class ZarrBlockReads(ReaderCore):
                 expected=f"{size} bytes (raw {block.spec.dtype}, chunk shape "
                 f"{list(block.meta.chunk_shape)})",
             )
+        return st
 
     def read_window(self, shard_id: str, name: str, start: int, stop: int) -> RowWindow:
         """Rows ``start:stop`` of a zarr block with a per-row readable mask; never raises for damage.
@@ -379,9 +418,11 @@ class ZarrBlockReads(ReaderCore):
             for inner in itertools.product(*(range(n) for n in inner_counts)):
                 rel = f"{block.path}/{meta.encode_key((r, *inner))}"
                 try:
-                    self._check_chunk_file(rel, chunk_bytes, block, (a, b))
-                    data = self.access.read_range(rel, 0, chunk_bytes)
-                except FileNotFoundError:
+                    pin = self._check_chunk_file(rel, chunk_bytes, block, (a, b))
+                    data = self.access.read_pinned(rel, pin, 0, chunk_bytes)
+                except (FileNotFoundError, NotADirectoryError):
+                    # Present when the block was listed (complete row chunk), gone now.
+                    problems.append(self._vanished(block, rel, (a, b)))
                     ok = False
                     break
                 except CorruptChunkError as exc:

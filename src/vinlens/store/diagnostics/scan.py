@@ -25,6 +25,7 @@ from vinlens.store.format import (
     RRI_COMPONENT_PREFIX,
     BlockKind,
     StoreBlockSpec,
+    StoreReplacedError,
     VinOfflineStoreError,
 )
 from vinlens.store.reader import StoreIntegrityProblem, VinOfflineStoreReader
@@ -207,10 +208,14 @@ class _ShardScan:
                         for r, points in self.reader.iter_vin_points(plan.shard_id, row, stop):
                             take(r, points)
                             row = r + 1
+                    except StoreReplacedError:
+                        raise  # the file changed under the scan: never one row's damage
                     except VinOfflineStoreError:
                         # Isolate the bad record, keep every readable one.
                         try:
                             take(row, self.reader.read_vin_points(plan.shard_id, row))
+                        except StoreReplacedError:
+                            raise
                         except VinOfflineStoreError as exc:
                             self.partial.integrity.unreadable_record(
                                 plan.shard_id, _problem(plan.shard_id, "vin_points", exc)
