@@ -59,8 +59,12 @@ def _to_ns(value: Any) -> int:
     """Nanoseconds since the epoch of an fsspec ``info`` timestamp (datetime, number or text)."""
     if isinstance(value, datetime):
         return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value * 1_000_000_000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1_000_000_000
+    if isinstance(value, float):
+        # Microseconds, as for a datetime: one filesystem may report the same time as a
+        # float in one call and a datetime in another (memory://), and both must agree.
+        return round(value * 1_000_000) * 1000
     if isinstance(value, str) and value:
         with contextlib.suppress(ValueError):
             return _to_ns(datetime.fromisoformat(value.replace("Z", "+00:00")))
