@@ -10,9 +10,11 @@ the optimizer step (the same in every variant) is left out, so the ratios are th
 conservative ones. The unsampled monitored step costs one fused norm over every
 gradient, so its ratio is about the time to read the gradients once over the step time:
 small batches of a parameter-heavy model (resnet50) are its worst case. Repetitions interleave the variants (in a shuffled order each time); ratios are of median
-main-thread CPU time, torch on one thread. The amortised ratio at ``every=100`` is
-``(99 * unsampled + sampled) / (100 * plain)`` from the measured medians (the monitor
-does nothing else between its sampled steps).
+main-thread CPU time (the best of the repetitions: on a shared machine other work only
+ever adds time), torch on one thread. The amortised ratio at ``every=100`` is
+``(99 * (plain + check) + sampled) / (100 * plain)``, where ``check`` is what the monitor
+adds to an unsampled step, timed on its own (the monitor does nothing else between its
+sampled steps); the whole unsampled step's ratio is printed beside it.
 
     python benchmarks/bench_training_monitor.py [--quick] [--models ...] [--size 128] [--batch 8]
 """
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -50,7 +51,10 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
         return loss
 
     # every=1 samples each step, every=2**62 never does after step 0: the two kinds of
-    # monitored step, measured side by side with the plain one.
+    # monitored step, measured side by side with the plain one. On the shared machine a
+    # whole unsampled step is too noisy to show a 1% cost, so what the monitor adds to
+    # one ("check": run_step of a step that does nothing, on the gradients the last step
+    # left: the saved RNG state and the fused norm) is also timed on its own.
     sampled = TrainingMonitor(model, every=1)
     unsampled = TrainingMonitor(model, every=2**62)
     unsampled.run_step(step)  # step 0 is sampled; from here on it never is
@@ -65,6 +69,7 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
     work: dict[str, Callable[[], object]] = {
         "plain": step,
         "unsampled": lambda: unsampled.run_step(step),
+        "check": lambda: unsampled.run_step(lambda: None),
         "sampled": lambda: sampled.run_step(step),
         "origin": lambda: find_nonfinite_gradient_origin(model, step),
         "anomaly": anomaly,
@@ -97,21 +102,23 @@ def main() -> None:
     print(
         f"training health vs plain steps: batch {args.batch} x 3 x {args.size} x {args.size}, "
         f"train mode, cross-entropy, 1 torch thread; {repetitions} interleaved repetitions, "
-        "medians of CPU time"
+        "best of CPU time"
     )
     for name in args.models:
         model = MODELS[name](10).train()
         times = measure(model, batch, repetitions)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        plain = med["plain"]
-        unsampled = med["unsampled"] / plain
-        sampled = med["sampled"] / plain
-        amortised = (99 * unsampled + sampled) / 100
+        best = {k: min(v) for k, v in times.items()}
+        plain = best["plain"]
+        check = best["check"] / plain
+        sampled = best["sampled"] / plain
+        amortised = (99 * (1 + check) + sampled) / 100
         print(
             f"  {name:<20} plain step {plain * 1e3:7.1f} ms | monitored every=100 "
-            f"{verdict(amortised, 1.03)} (unsampled {unsampled:.3f}x) | sampled step "
-            f"{verdict(sampled, 1.5)} | gradient origin {verdict(med['origin'] / plain, 2.5)} | "
-            f"detect_anomaly {med['anomaly'] / plain:.3f}x (peer)"
+            f"{verdict(amortised, 1.03)} (per-step check {best['check'] * 1e3:.1f} ms = "
+            f"{check:.2%}; whole unsampled step {best['unsampled'] / plain:.3f}x) | sampled "
+            f"step {verdict(sampled, 1.5)} | gradient origin "
+            f"{verdict(best['origin'] / plain, 2.5)} | detect_anomaly "
+            f"{best['anomaly'] / plain:.3f}x (peer)"
         )
 
 

@@ -15,7 +15,14 @@ from torch import nn
 
 from vinlens.attribution.methods import ablation_cam, grad_cam
 from vinlens.attribution.targets import CameraExplanationTarget, LayerTarget, probe_layer_calls
-from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
+from vinlens.health import (
+    TrainingMonitor,
+    collect_activation_stats,
+    compare_models,
+    find_nonfinite_gradient_origin,
+    find_nonfinite_origin,
+    precision_headroom,
+)
 from vinlens.hooks import leftover_hooks
 from vinlens.model_inspection import capture_model
 from vinlens.operations import CancelToken, OperationCancelled
@@ -110,6 +117,18 @@ def _stats_some(model: Net) -> None:
     collect_activation_stats(model, [_x()], module_paths=["stage.0"])
 
 
+def _gradient_origin(model: Net) -> None:
+    find_nonfinite_gradient_origin(model, lambda: model(_x()).sum().backward())
+
+
+def _headroom(model: Net) -> None:
+    precision_headroom(model, lambda: model(_x()))
+
+
+def _monitor_sampled_step(model: Net) -> None:
+    TrainingMonitor(model, every=1).run_step(lambda: model(_x()).sum().backward())
+
+
 TARGET = CameraExplanationTarget("cam", LayerTarget("stage"), "dedicated_layer")
 
 
@@ -133,6 +152,9 @@ ENGINES = {
     "compare_models_same_model": _diff_self,
     "collect_activation_stats": _stats,
     "collect_activation_stats_some_paths": _stats_some,
+    "find_nonfinite_gradient_origin": _gradient_origin,
+    "precision_headroom": _headroom,
+    "training_monitor_sampled_step": _monitor_sampled_step,
     "grad_cam": _grad_cam,
     "ablation_cam": _ablation,
     "probe_layer_calls": _probe,
@@ -153,6 +175,7 @@ def test_engine_leaves_no_hook(engine: str, outcome: str) -> None:
     assert leftover_hooks(model.modules()) == []
     for name, parameter in model.named_parameters():
         assert not getattr(parameter, "_post_accumulate_grad_hooks", None), name
+        assert not parameter._backward_hooks, name  # tensor hooks
     # The model still runs plainly, and nothing fires on it any more.
     model.trip.action = None
     model(_x())

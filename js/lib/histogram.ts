@@ -122,7 +122,7 @@ export function summaryBoxesSvg(boxes: SummaryBox[], opts: { width?: number; row
   const root = svg("svg", { class: "vl-boxes", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
   const title = svg("title", {});
   title.textContent = finite.length
-    ? boxes.map((b) => `${b.label}: min ${label(b.min)}, mean ${label(b.mean)} ± ${label(b.std)}, max ${label(b.max)}`).join("; ")
+    ? boxes.map((b) => `${b.label ? `${b.label}: ` : ""}min ${label(b.min)}, mean ${label(b.mean)} ± ${label(b.std)}, max ${label(b.max)}`).join("; ")
     : "No finite values to plot";
   root.append(title);
   root.setAttribute("aria-label", title.textContent);

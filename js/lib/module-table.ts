@@ -147,6 +147,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   let selected = new Uint8Array(0);
   let selectedCount = 0;
   let anchor = -1; // row index where a shift-click range starts
+  let replaced = 0; // modules a plain click just replaced (shown once, so it is not silent)
   let sort: { key: SortKey; dir: SortDir } | null = null;
   let query = "";
   let typeFilter = -1;
@@ -239,7 +240,10 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
   // toolbar keeps one line at notebook width in both views.
   const actions = h("div", { class: "vl-mt-actions" });
   const infobar = h("div", { class: "vl-mt-infobar" }, totals, actions);
-  const el = h("div", { class: "vl-mt" }, toolbar, infobar, table.el);
+  // The click rule of file browsers, written where the rows are.
+  const clickRule = h("div", { class: "vl-muted vl-mt-click-rule" },
+    "Click selects one module · Ctrl/⌘-click adds or removes one · Shift-click selects a range (Ctrl/⌘+Shift adds it)");
+  const el = h("div", { class: "vl-mt" }, toolbar, infobar, clickRule, table.el);
 
   function matches(i: number): boolean {
     if (!rows) return false;
@@ -310,9 +314,18 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       setCollapsed(i, !collapsed[i]);
       return;
     }
-    if (ev.shiftKey && anchor >= 0) selectRange(anchor, i);
-    else if (ev.ctrlKey || ev.metaKey) { toggle(i); anchor = i; }
-    else { selectOnly(i); anchor = i; }
+    const before = selectedCount;
+    const additive = ev.ctrlKey || ev.metaKey;
+    if (ev.shiftKey && anchor >= 0) selectRange(anchor, i, additive);
+    else if (additive) { toggle(i); anchor = i; }
+    else {
+      const was = before - (selected[i] ? 1 : 0);
+      selectOnly(i);
+      anchor = i;
+      commitSelection();
+      if (was > 0) { replaced = before; updateTotals(); }
+      return;
+    }
     commitSelection();
   }
 
@@ -327,19 +340,20 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     selectedCount = 1;
   }
 
-  /** Replace the selection by the rows between a and b in the current view order. */
-  function selectRange(a: number, b: number): void {
+  /** Replace the selection by the rows between a and b in the current view order
+   * (``additive``: add them to it). */
+  function selectRange(a: number, b: number, additive = false): void {
     let ra = view.indexOf(a);
     let rb = view.indexOf(b);
     if (ra < 0) ra = rb;
     if (ra > rb) [ra, rb] = [rb, ra];
-    selected.fill(0);
-    selectedCount = 0;
-    for (let r = ra; r <= rb; r++) { selected[view[r]] = 1; selectedCount++; }
+    if (!additive) { selected.fill(0); selectedCount = 0; }
+    for (let r = ra; r <= rb; r++) if (!selected[view[r]]) { selected[view[r]] = 1; selectedCount++; }
   }
 
   function commitSelection(): void {
     if (!rows) return;
+    replaced = 0;
     const out: string[] = [];
     for (let i = 0; i < rows.n; i++) if (selected[i]) out.push(rows.path(i));
     model.set("selected_paths", out);
@@ -357,6 +371,11 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
     for (const p of wanted) {
       const i = typeof p === "string" ? rows.indexOf(p) : -1;
       if (i >= 0 && !selected[i]) { selected[i] = 1; selectedCount++; }
+    }
+    // A selection set from Python gives shift-click a start, as a click would have.
+    if (anchor < 0 || !selected[anchor]) {
+      anchor = -1;
+      for (let i = rows.n - 1; i >= 0; i--) if (selected[i]) { anchor = i; break; }
     }
     updateTotals();
     updateButtons();
@@ -476,6 +495,7 @@ export function createModuleTable(model: AnyModel<ModuleTableModel>, opts: Modul
       h("span", {}, h("b", {}, formatNumber(s.trainable_parameters ?? 0)), " trainable"),
       h("span", {}, h("b", {}, formatNumber(s.total_buffers ?? 0)), " buffer elements"),
       h("span", { class: "vl-mt-selected-count" }, h("b", {}, formatNumber(selectedCount)), " selected"),
+      replaced > 1 ? h("span", { class: "vl-mt-replaced" }, `(replaced ${formatNumber(replaced)}; Ctrl/⌘-click adds)`) : null,
       filtering ? h("span", { class: "vl-muted" }, `${formatNumber(view.length)} rows shown`) : null,
     ];
     replaceChildren(totals, ...parts);

@@ -3,7 +3,7 @@ import { colormap } from "../lib/colormap";
 import { dataView, FakeModel } from "../lib/fake-model";
 import { compositeOverlay, imageToRGBA } from "../lib/overlay";
 import type { NDArray } from "../lib/payload";
-import widget, { aggregateMaps, concentrationText, decimalsFor, displayRange, fixed, mapExplanation, modesFor, rangeText, relianceBar, relianceText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
+import widget, { aggregateMaps, concentrationText, decimalsFor, displayRange, fixed, mapExplanation, nonfiniteText, modesFor, rangeText, relianceBar, relianceText, sampleLabel, type DatasetPayload, type AttributionPayload, type AttributionViewerModel } from "./attribution_viewer";
 
 function arrayNode(dtype: "uint8" | "float32", shape: number[], values: number[]) {
   const data = dtype === "uint8" ? new Uint8Array(values) : new Float32Array(values);
@@ -372,7 +372,7 @@ describe("dataset view", () => {
     const p90 = el.querySelectorAll<HTMLElement>(".vl-av-agg");
     expect(p90[0].querySelector(".vl-av-bar-max")!.textContent).toBe("8");
     expect(p90[1].classList.contains("vl-av-flat")).toBe(false);
-    expect(p90[0].querySelector(".vl-av-range")!.textContent).toBe("span 8");
+    expect(p90[0].querySelector(".vl-av-range")!.textContent).toBe("normalised range 8");
     expect(el.querySelector("img")).toBeNull();
   });
 
@@ -392,6 +392,13 @@ describe("dataset view", () => {
     expect(el.querySelector(".vl-av-reliance-note")!.textContent).toContain("removal raises the score");
   });
 
+  it("says once how many maps were left out for NaN", () => {
+    expect(nonfiniteText(0)).toBe("");
+    expect(nonfiniteText(1)).toBe(" · 1 map with NaN or inf left out of the statistics");
+    const { q } = mount({ dataset: datasetPayload({ nonfinite_maps: 2 }) });
+    expect(q(".vl-av-ds-summary").textContent).toContain("· 2 maps with NaN or inf left out");
+  });
+
   it("words reliance at the decimals of the largest value", () => {
     const rows = [
       { camera: "a", drop: 0.9379, std: 0.08687, share: 1 },
@@ -405,6 +412,9 @@ describe("dataset view", () => {
     ]);
     expect(fixed(-0.0001, 3)).toBe(">-0.001");
     expect(relianceText([{ camera: "c", drop: 0, std: 0, share: 0 }])).toEqual(["0.000 ± 0.000 (no effect)"]);
+    expect(relianceText([{ camera: "a", drop: 1, std: 0, share: 0.998 }, { camera: "b", drop: 0.002, std: 0, share: 0.002 }]))
+      .toEqual(["+1.00 ± 0.00 (100% of all drops)", "+<0.01 ± 0.00 (<1% of all drops)"]);
+    expect(mapExplanation({ method: "grad_cam", min: 0.33, max: 0.55, flat: true })).toContain("varies little");
     // No positive drop at all: the zero line sits at the right end, bars grow left.
     const neg = [{ camera: "a", drop: -2, std: 0, share: 0 }, { camera: "b", drop: -1, std: 0, share: 0 }];
     expect(relianceBar(-1, neg)).toEqual({ zero: 100, left: 50, width: 50 });
@@ -414,6 +424,8 @@ describe("dataset view", () => {
   it("explains a Grad-CAM++ raw scale and a constant map in one line", () => {
     expect(mapExplanation({ method: "grad_cam_plus_plus", min: 0, max: 259.7, flat: false })).toContain("own scale");
     expect(mapExplanation({ method: "grad_cam", min: 0.3333, max: 0.3333, flat: true })).toContain("one constant value (0.3333)");
+    expect(mapExplanation({ method: "grad_cam_plus_plus", min: 0.33329, max: 0.33331, flat: true })).toContain("about 0.3333 everywhere");
+    expect(mapExplanation({ method: "grad_cam_plus_plus", min: 0, max: 259.7, flat: false }, false)).toBe("");
     expect(mapExplanation({ method: "grad_cam", min: 0, max: 0.45, flat: false })).toBe("");
     const { el, model } = mount();
     model.kernelSet("attributions", {

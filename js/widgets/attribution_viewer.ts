@@ -21,10 +21,10 @@ import type { AttributionViewerModel, Model } from "./attribution/types";
 
 export * from "./attribution/types";
 export {
-  EXPLICIT_LAYER, aggregateMaps, concentrationText, displayRange, modesFor, rangeText, sampleLabel,
+  EXPLICIT_LAYER, aggregateMaps, concentrationText, displayRange, mapExplanation, modesFor, rangeText, sampleLabel,
+  spanWords,
 } from "./attribution/text";
-export { decimalsFor, fixed, relianceBar, relianceText } from "./attribution/dataset";
-export { mapExplanation, spanWords } from "./attribution/panels";
+export { decimalsFor, fixed, nonfiniteText, relianceBar, relianceText } from "./attribution/dataset";
 
 function render({ model, el }: RenderProps<AttributionViewerModel>): () => void {
   const m = model as Model;

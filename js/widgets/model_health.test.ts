@@ -98,6 +98,27 @@ describe("model health view", () => {
     expect(el.querySelector(".vl-mh-mode")!.textContent).toBe("Output statistics over 3 batches");
   });
 
+  it("Show in table selects the origin and opens its detail; one model has no 'A' column", () => {
+    const { el, model } = setup();
+    expect(el.querySelector(".vl-mh-detail")!.textContent).toBe("");
+    (el.querySelector(".vl-mh-goto") as HTMLButtonElement).click();
+    expect(model.get("selected_paths")).toEqual(["enc.0"]);
+    expect(el.querySelector(".vl-mt-selected-count")!.textContent).toContain("1");
+    expect(row(el, "0").classList.contains("vl-selected")).toBe(true);
+    const detail = el.querySelector(".vl-mh-detail")!;
+    expect(detail.textContent).toContain("Output of enc.0");
+    const head = Array.from(detail.querySelectorAll(".vl-mh-facts-head span")).map((s) => s.textContent);
+    expect(head).toEqual(["", "output"]);
+    const keys = Array.from(detail.querySelectorAll(".vl-mh-fact-key")).map((s) => s.textContent);
+    expect(keys).toContain("mean (finite)");
+    expect(keys).toContain("std (finite)");
+    expect(keys).toContain("finite values");
+    expect(detail.textContent).toContain("121"); // 128 values, 7 NaN
+    expect(detail.querySelector("svg")!.textContent).not.toContain("A");
+    expect(el.querySelector('[data-key="mh_mean"]')!.textContent).toContain("Mean (finite)");
+    expect(el.querySelector(".vl-mh-origin-box")!.textContent).toContain("count only the finite values");
+  });
+
   it("sorts by a statistic with missing values last", () => {
     const { el } = setup();
     const header = el.querySelector('[data-key="mh_mean"] button') as HTMLButtonElement;

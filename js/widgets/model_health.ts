@@ -116,8 +116,10 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
 
   function columns(): ModuleExtraColumn[] {
     const cols: ModuleExtraColumn[] = [
-      statColumn("mh_mean", mode === "diff" ? "Mean A" : "Mean", "Mean of the finite output values", (i) => rows.get("a_mean", i)),
-      statColumn("mh_std", mode === "diff" ? "Std A" : "Std", "Standard deviation of the finite output values", (i) => rows.get("a_std", i)),
+      // NaN and Inf are counted apart, so the moments are of the finite values only: say so
+      // in the header, where they stand beside a non-finite count.
+      statColumn("mh_mean", mode === "diff" ? "Mean A (finite)" : "Mean (finite)", "Mean of the finite output values (NaN and Inf left out)", (i) => rows.get("a_mean", i)),
+      statColumn("mh_std", mode === "diff" ? "Std A (finite)" : "Std (finite)", "Standard deviation of the finite output values (NaN and Inf left out)", (i) => rows.get("a_std", i)),
       {
         key: "mh_nonfinite", label: "Non-finite", minWidth: 84, align: "right",
         title: "NaN and infinite output values",
@@ -171,10 +173,16 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
     return mt ? mt.indexOf(path) : -1;
   }
 
+  /** "Show in table": select the origin (its detail opens below) and scroll to its row. */
   function revealOrigin(): void {
     const origin = model.get("health")?.origin;
     if (!origin || !mt) return;
-    mt.reveal(indexOfPath(origin.module_path));
+    const i = indexOfPath(origin.module_path);
+    if (i < 0) return;
+    model.set("selected_paths", [origin.module_path]);
+    model.save_changes();
+    mt.reveal(i);
+    showDetail();
   }
 
   function loadOrigin(): void {
@@ -190,7 +198,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
         origin.input_nonfinite
           ? `no module produced them: its inputs already held ${nonFiniteText(origin.inputs)} (the model's input, or code between modules); its output has `
           : "its inputs were finite, its output has ",
-        nonFiniteText(origin.outputs), ".",
+        nonFiniteText(origin.outputs), ". Its mean, std, min and max count only the finite values.",
         origin.reached.length ? ` It then reached ${formatNumber(origin.reached.length)} module${origin.reached.length === 1 ? "" : "s"}.` : "",
         " ", go,
       );
@@ -219,11 +227,14 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
       return;
     }
     const sides: ("a" | "b")[] = mode === "diff" ? ["a", "b"] : ["a"];
-    const head = h("div", { class: "vl-mh-facts-row vl-mh-facts-head" }, h("span", {}, ""), ...sides.map((s) => h("span", {}, s === "a" ? "A" : "B")));
+    // One model has no "A": its only column is the module's output.
+    const sideLabel = (s: "a" | "b") => (mode !== "diff" ? "output" : s === "a" ? "A" : "B");
+    const head = h("div", { class: "vl-mh-facts-row vl-mh-facts-head" }, h("span", {}, ""), ...sides.map((s) => h("span", {}, sideLabel(s))));
     const line = (label: string, f: (s: "a" | "b") => string) => h("div", { class: "vl-mh-facts-row" }, h("span", { class: "vl-mh-fact-key" }, label), ...sides.map((s) => h("span", { class: "vl-mono" }, rows.has(s, i) ? f(s) : "—")));
     const facts = h("div", { class: "vl-mh-facts" }, head,
       line("values", (s) => formatNumber(rows.get(`${s}_count`, i))),
-      ...(["mean", "std", "min", "max", "abs_max"] as const).map((k) => line(k, (s) => statText(rows.get(`${s}_${k}`, i)))),
+      line("finite values", (s) => formatNumber(rows.get(`${s}_count`, i) - rows.nonFinite(s, i))),
+      ...(["mean", "std", "min", "max", "abs_max"] as const).map((k) => line(`${k} (finite)`, (s) => statText(rows.get(`${s}_${k}`, i)))),
       line("zeros", (s) => `${statText(100 * rows.get(`${s}_zero_fraction`, i))} %`),
       line("NaN", (s) => formatNumber(rows.get(`${s}_nan_count`, i))),
       line("+Inf", (s) => formatNumber(rows.get(`${s}_posinf_count`, i))),
@@ -235,13 +246,13 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
         + (rows.get("calls", i) > 1 ? ` (most drifted of ${rows.get("calls", i)} calls)` : ""))
       : null;
     const boxes = summaryBoxesSvg(sides.filter((s) => rows.has(s, i)).map((s) => ({
-      label: s === "a" ? "A" : "B",
+      label: mode === "diff" ? sideLabel(s) : "", // one box needs no name
       min: rows.get(`${s}_min`, i), max: rows.get(`${s}_max`, i), mean: rows.get(`${s}_mean`, i), std: rows.get(`${s}_std`, i),
     })));
     replaceChildren(detail,
       h("div", { class: "vl-mh-detail-title" }, "Output of ", h("code", {}, path!)),
       h("div", { class: "vl-mh-detail-body" }, facts, h("div", { class: "vl-mh-boxes" }, boxes,
-        h("div", { class: "vl-muted vl-mh-boxes-note" }, "whisker: min to max · box: mean ± std"))),
+        h("div", { class: "vl-muted vl-mh-boxes-note" }, "whisker: finite min to max · box: mean ± std of the finite values"))),
       drift);
   }
 

@@ -133,6 +133,32 @@ describe("module table widget", () => {
     expect(model.get("selected_paths")).toEqual(["head.fc"]);
   });
 
+  it("follows the file-browser click rule and shows it, also after a selection from Python", () => {
+    const { el, model } = setup();
+    expect(el.querySelector(".vl-mt-click-rule")!.textContent).toBe(
+      "Click selects one module · Ctrl/⌘-click adds or removes one · Shift-click selects a range (Ctrl/⌘+Shift adds it)");
+    // Python selected three modules; ctrl-click adds to them, a plain click replaces them and says so.
+    model.kernelSet("selected_paths", ["enc", "enc.1", "head"]);
+    clickRow(el, "fc", { metaKey: true });
+    expect(model.get("selected_paths")).toEqual(["enc", "enc.1", "head", "head.fc"]);
+    clickRow(el, "fc", { ctrlKey: true });
+    expect(model.get("selected_paths")).toEqual(["enc", "enc.1", "head"]);
+    clickRow(el, "0");
+    expect(model.get("selected_paths")).toEqual(["enc.0"]);
+    expect(el.querySelector(".vl-mt-replaced")!.textContent).toBe("(replaced 3; Ctrl/⌘-click adds)");
+    // Shift-click extends from the clicked row; with Ctrl/⌘ the range is added.
+    clickRow(el, "1", { shiftKey: true });
+    expect(model.get("selected_paths")).toEqual(["enc.0", "enc.0.attn", "enc.1"]);
+    expect(el.querySelector(".vl-mt-replaced")).toBeNull();
+    clickRow(el, "head", { ctrlKey: true });
+    clickRow(el, "fc", { shiftKey: true, ctrlKey: true });
+    expect(model.get("selected_paths")).toEqual(["enc.0", "enc.0.attn", "enc.1", "head", "head.fc"]);
+    // A selection set from Python is where a shift-click range starts.
+    model.kernelSet("selected_paths", ["enc"]);
+    clickRow(el, "1", { shiftKey: true });
+    expect(model.get("selected_paths")).toEqual(["enc", "enc.0", "enc.0.attn", "enc.1"]);
+  });
+
   it("follows selected_paths set by the kernel and selects subtrees", () => {
     const { el, model } = setup(["head"]);
     expect(el.querySelectorAll(".vl-selected").length).toBe(1);

@@ -69,7 +69,7 @@ describe("snapshot browser", () => {
     const svg = el.querySelector("svg.vl-hist")!;
     expect(svg.querySelectorAll("rect").length).toBeGreaterThan(1);
     expect(svg.getAttribute("aria-label")).toContain("1 NaN/infinite not shown");
-    expect(el.querySelector(".vl-sb-facts")!.textContent).toContain("6 of 6 values");
+    expect(el.querySelector(".vl-sb-facts")!.textContent).toContain("first 6 of 6 values");
     rowEl(el, 1).click();
     expect(Array.from(el.querySelectorAll(".vl-sb-value")).map((v) => v.textContent)).toEqual(["false", "true"]);
     rowEl(el, 2).click();
@@ -166,6 +166,30 @@ describe("snapshot browser", () => {
     expect(el.querySelectorAll(".vl-sb-results .vl-vt-resizer").length).toBe(10);
   });
 
+  it("a prefix of a large tensor is labelled as the prefix; the distribution is the whole tensor's", () => {
+    const p = payload();
+    const cols = p.table.$table.columns as any[];
+    // a conv output of 4,096 values whose first 6 were kept
+    cols[cols.findIndex((c) => c.name === "numel")] = { name: "numel", dtype: "int32", data: dataView(Int32Array.from([4096, 2, 2])) };
+    const { el } = setup({ snapshot_table: p });
+    rowEl(el, 0).click();
+    expect(el.querySelector(".vl-sb-prefix-title")!.textContent).toBe("First 6 values in memory order (a prefix, not a random sample)");
+    expect(el.querySelector(".vl-sb-facts")!.textContent).toContain("first 6 of 4,096 values");
+    // no whole-tensor summary here: the histogram says it is of the prefix only
+    expect(el.querySelector(".vl-sb-prefix-hist")!.textContent).toContain("Histogram of these first 6 values only");
+    const f64 = (name: string, values: number[]) => ({ name, dtype: "float64", data: dataView(Float64Array.from(values)) });
+    cols.push({ name: "has_summary", dtype: "bool", data: dataView(Uint8Array.from([1, 0, 0])) },
+      f64("summary_count", [4096, NaN, NaN]), f64("summary_mean", [0.2, NaN, NaN]), f64("summary_std", [0.9, NaN, NaN]),
+      f64("summary_min", [-3, NaN, NaN]), f64("summary_max", [4, NaN, NaN]), f64("summary_zero_fraction", [0.3, NaN, NaN]),
+      f64("summary_nan_count", [0, NaN, NaN]), f64("summary_posinf_count", [0, NaN, NaN]), f64("summary_neginf_count", [0, NaN, NaN]));
+    const again = setup({ snapshot_table: p });
+    rowEl(again.el, 0).click();
+    expect(again.el.querySelector(".vl-sb-whole-title")!.textContent).toBe("Distribution of the whole tensor (all 4,096 values)");
+    expect(again.el.querySelector(".vl-sb-whole svg.vl-boxes")).not.toBeNull();
+    expect(again.el.querySelector(".vl-sb-prefix-hist")).toBeNull();
+    expect(again.el.querySelector("svg.vl-hist")).toBeNull();
+  });
+
   it("shows the whole-tensor summary beside the sample, and allows 0 summary elements", () => {
     const p = payload();
     const f64 = (name: string, values: number[]) => ({ name, dtype: "float64", data: dataView(Float64Array.from(values)) });
@@ -183,6 +207,11 @@ describe("snapshot browser", () => {
     expect(whole.textContent).toContain("All 6 values: mean 2.5 ± 1.5 · range [-1, 5] · zeros 0 % · 1 NaN");
     expect(whole.querySelector(".vl-sb-nonfinite")).not.toBeNull();
     expect(whole.querySelector("svg.vl-boxes rect")).not.toBeNull();
+    // With the whole-tensor summary, the distribution is the summary's: the kept values
+    // are shown as what they are (the first ones), with no histogram of their own.
+    expect(whole.querySelector(".vl-sb-whole-title")!.textContent).toBe("Distribution of the whole tensor (all 6 values)");
+    expect(el.querySelector(".vl-sb-prefix-hist")).toBeNull();
+    expect(el.querySelector(".vl-sb-prefix-title")!.textContent).toBe("All 6 values, in memory order");
     rowEl(el, 1).click();
     expect(el.querySelector(".vl-sb-whole")).toBeNull(); // a bool tensor has no summary
     const input = el.querySelector<HTMLInputElement>('input[name="max_summary_elements"]')!;

@@ -310,18 +310,27 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
         ["Module", snaps.text(r, "module_path")], ["Call", String(snaps.num(r, "call_index"))],
         ["Side", snaps.text(r, "direction")], ["Tensor", snaps.text(r, "tensor_path")],
         ["Shape", snaps.text(r, "shape")], ["Dtype", snaps.text(r, "dtype")], ["Device", snaps.text(r, "device")],
-        ["Sampled", `${formatNumber(texts.length)} of ${formatNumber(numel)} values (${formatNumber(snaps.num(r, "sampled_bytes"))} bytes)`],
+        ["Kept", `first ${formatNumber(texts.length)} of ${formatNumber(numel)} values (${formatNumber(snaps.num(r, "sampled_bytes"))} bytes)`],
       ].flatMap(([k, v]) => [h("span", { class: "vl-sb-fact-key" }, k), h("span", { class: "vl-sb-fact-value vl-mono" }, v)]));
     const shown = texts.slice(0, 512);
-    const valuesBox = h("div", { class: "vl-sb-values vl-mono", "aria-label": "Sampled values (row-major prefix)" },
+    const valuesBox = h("div", { class: "vl-sb-values vl-mono", "aria-label": "The first values in memory order (a prefix, not a random sample)" },
       ...shown.map((t) => h("span", { class: "vl-sb-value" }, t)),
       texts.length > shown.length ? h("span", { class: "vl-muted" }, ` … ${texts.length - shown.length} more`) : null);
     const whole = wholeTensor(r);
+    // The kept values are the tensor's first ones in memory order (often the zero padding of
+    // a conv output), so they never stand for its distribution when the whole-tensor
+    // summary is there; without one, their histogram is drawn and titled as the prefix's.
+    const prefixTitle = h("div", { class: "vl-sb-prefix-title" },
+      texts.length === numel ? `All ${formatNumber(numel)} values, in memory order`
+        : `First ${formatNumber(texts.length)} values in memory order (a prefix, not a random sample)`);
+    const prefixHistogram = whole ? null : h("div", { class: "vl-sb-prefix-hist" },
+      h("div", { class: "vl-muted" }, texts.length === numel ? "Histogram of all values" : `Histogram of these first ${formatNumber(texts.length)} values only`),
+      histogramSvg(snaps.sample(r)));
     const body = reason
       ? h("div", { class: "vl-sb-reason" }, "Values not sampled: ", h("b", {}, reason))
       : texts.length === 0
         ? h("div", { class: "vl-muted" }, numel === 0 ? "Empty tensor: no values." : "No values sampled (quota reached).")
-        : h("div", { class: "vl-sb-sample" }, histogramSvg(snaps.sample(r)), valuesBox);
+        : h("div", { class: "vl-sb-sample" }, prefixHistogram, h("div", {}, prefixTitle, valuesBox));
     replaceChildren(detail, h("div", { class: "vl-sb-detail-title" }, "Snapshot detail"), facts, whole, body);
   }
 
@@ -334,9 +343,11 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
     const text = `mean ${statText(v("mean"))} ± ${statText(v("std"))} · range [${statText(v("min"))}, ${statText(v("max"))}]`
       + ` · zeros ${statText(100 * v("zero_fraction"))} % · ${nonFinite.length ? nonFinite.join(", ") : "all finite"}`;
     return h("div", { class: "vl-sb-whole" },
+      h("div", { class: "vl-sb-whole-title" }, `Distribution of the whole tensor (all ${formatNumber(v("count"))} values)`),
       h("span", { class: "vl-sb-fact-key" }, `All ${formatNumber(v("count"))} values: `),
       h("span", { class: `vl-mono${nonFinite.length ? " vl-sb-nonfinite" : ""}` }, text),
-      summaryBoxesSvg([{ label: "", min: v("min"), max: v("max"), mean: v("mean"), std: v("std") }], { width: 240, rowHeight: 22 }));
+      summaryBoxesSvg([{ label: "", min: v("min"), max: v("max"), mean: v("mean"), std: v("std") }], { width: 320, rowHeight: 24 }),
+      h("div", { class: "vl-muted vl-sb-whole-note" }, "whisker: finite min to max · box: mean ± std"));
   }
 
   captureButton.addEventListener("click", () => {

@@ -25,10 +25,11 @@ function payload(overrides: Record<string, any> = {}) {
       split_counts: { train: 70000, val: 30000 }, materialized_blocks: { backbone: true, candidate_ids: false },
       scene_labels_available: true, batch_shapes_available: true,
       digest: "abcdef0123456789abcdef0123456789", max_samples: 512, acquired_at: "", engine_seconds: 1,
+      scan_scope: "512 of 100,000 rows sampled",
     },
     problems: [
       { severity: "error", title: "MissingChunksError in shard 00000/rri", detail: `chunk c/0/0 ${HOSTILE}` },
-      { severity: "notice", title: "3 sampled labelled sample(s) lack candidate IDs", detail: "" },
+      { severity: "notice", title: "3 labelled rows without candidate IDs (512 of 100,000 rows sampled)", detail: "" },
     ],
     blocks: { $table: { length: 2, columns: [
       stringColumn("shard_id", ["00000", "00000"]), stringColumn("name", ["rri", "vin_points"]),
@@ -81,7 +82,9 @@ describe("store dashboard", () => {
     const { el } = mount(makeModel({ payload: payload() }));
     const dl = el.querySelector(".vl-sd-dl")!;
     expect(dl.textContent).toContain(`/data/${HOSTILE}`);
-    expect(dl.textContent).toContain("100,000 (512 sampled)");
+    expect(dl.textContent).toContain("100,000 (512 of 100,000 rows sampled)");
+    expect(el.querySelector(".vl-sd-scope")!.textContent).toBe("shown: 512 of 100,000 rows sampled");
+    expect(el.querySelector(".vl-toolbar")!.textContent).not.toContain("rows sampled 512");
     expect(dl.textContent).toContain("train 70,000 · val 30,000");
     expect(dl.textContent).toContain("abcdef0123456789");
     expect(dl.textContent).toContain("3.0 GiB");
@@ -141,7 +144,8 @@ describe("store dashboard", () => {
     expect(el.querySelector(".vl-scatter")!.getAttribute("aria-label")).toBe("scatter of 3 points");
     expect(el.textContent).toContain("3 pairs · Pearson r 0.930");
     const note = el.querySelector(".vl-sd-pairnote")!;
-    expect(note.textContent).toContain("3 sampled labelled samples without candidate IDs");
+    expect(note.textContent).toContain("3 labelled rows without candidate IDs");
+    expect(note.textContent).not.toContain("sampled labelled");
     expect(note.textContent).toContain(HOSTILE);
   });
 

@@ -162,15 +162,17 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
   const refreshBtn = h("button", { class: "vl-button vl-primary vl-sd-refresh", type: "button", title: "Acquire the statistics again with a new request" }, "Refresh");
   const cancelBtn = h("button", { class: "vl-button vl-sd-cancel", type: "button", hidden: true }, "Cancel");
   const samplesInput = h("input", {
-    class: "vl-input vl-sd-max-samples", type: "number", min: 1, step: 1, "aria-label": "Rows sampled (empty: all rows)",
+    class: "vl-input vl-sd-max-samples", type: "number", min: 1, step: 1, "aria-label": "Sample at most this many rows (empty: every row)",
     title: "Rows scanned for tensor statistics; empty scans every row", placeholder: "all",
   });
   const pathEl = h("span", { class: "vl-mono vl-sd-path" });
+  // The rows the numbers shown come from (the kernel's words), beside the cap asked for.
+  const scopeEl = h("span", { class: "vl-muted vl-sd-scope", "aria-live": "polite" });
   const stepEl = h("span", { class: "vl-muted vl-sd-step", "aria-live": "polite" });
   const toolbar = h("div", { class: "vl-toolbar" },
     h("span", { class: "vl-title" }, "VIN store"), pathEl,
     h("span", { class: "vl-sd-spacer" }),
-    h("label", { class: "vl-muted" }, "rows sampled ", samplesInput),
+    h("label", { class: "vl-muted" }, "sample at most ", samplesInput, " rows"), scopeEl,
     refreshBtn, cancelBtn);
   const banner = h("div", { class: "vl-sd-replaced", role: "alert", hidden: true });
   const body = h("div", { class: "vl-sd-body" });
@@ -240,7 +242,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
       ["Path", h("span", { class: "vl-mono", title: String(hd.store_dir) }, String(hd.store_dir))],
       ["Format version", String(hd.version)],
       ["Generation digest", h("span", {}, h("span", { class: "vl-mono", title: digest }, digest.slice(0, 16)), " ", copy)],
-      ["Samples", `${formatNumber(hd.num_samples)}${hd.sampled_samples !== hd.num_samples ? ` (${formatNumber(hd.sampled_samples)} sampled)` : ""}`],
+      ["Samples", `${formatNumber(hd.num_samples)} (${String(hd.scan_scope ?? `${formatNumber(hd.sampled_samples)} read`)})`],
       ["Scenes", formatNumber(hd.num_scenes)],
       ["Snippets", formatNumber(hd.num_snippets)],
       ["Splits", splits.length ? splits.map(([k, v]) => `${k} ${formatNumber(v)}`).join(" · ") : "none"],
@@ -318,7 +320,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
     }
     const unpaired = pairs.unpaired_count;
     const pairNote = h("div", { class: `vl-sd-pairnote ${unpaired ? "vl-sd-warnline" : "vl-muted"}` },
-      `${formatNumber(unpaired)} sampled labelled sample${unpaired === 1 ? "" : "s"} without candidate IDs (unpaired; marginals still counted)`,
+      `${formatNumber(unpaired)} labelled row${unpaired === 1 ? "" : "s"} without candidate IDs (unpaired; marginals still counted)`,
       unpaired && pairs.unpaired_examples.length
         ? h("div", { class: "vl-sd-examples" }, collapsedList(pairs.unpaired_examples, {
           total: unpaired, listClass: "vl-mono", what: "unpaired sample keys",
@@ -436,6 +438,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
       replaceChildren(body, h("div", { class: "vl-muted vl-sd-empty" },
         acq?.state === "running" ? "Acquiring store statistics…" : acq?.state === "failed" ? "No statistics: the acquisition failed (see the error above)." : "No statistics yet: press Refresh."));
       pathEl.textContent = model.get("store_path");
+      scopeEl.textContent = "";
       return;
     }
     let p: any;
@@ -446,6 +449,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
       return;
     }
     pathEl.textContent = String(p.header.store_dir);
+    scopeEl.textContent = p.header.scan_scope ? `shown: ${String(p.header.scan_scope)}` : "";
     const panel = h("div", { class: "vl-sd-panel", role: "tabpanel" }, TAB_RENDER[ui.tab](p));
     replaceChildren(body, headerSection(p), problemsSection(p), tabBar(), panel);
   }

@@ -156,7 +156,7 @@ function render({ model, el }: { model: AnyModel<TrainingMonitorModel>; el: HTML
   const strip = (key: string, label: string, title: string): VTColumn => ({ key, label, title, minWidth: 200, grow: 1 });
   const columns: VTColumn[] = [
     { key: "path", label: "Module", minWidth: 160, grow: 1, title: "Registered module path" },
-    { key: "headroom", label: "Headroom", minWidth: 128, align: "right", title: `Bits of headroom below the target dtype's largest value (lowest over the module's calls); under ${LOW_HEADROOM_BITS} bit is highlighted` },
+    { key: "headroom", label: "Headroom", minWidth: 144, align: "right", title: `Bits of headroom below the target dtype's largest value (lowest over the module's calls); under ${LOW_HEADROOM_BITS} bit is highlighted` },
     { key: "grad", label: "Grad norm", minWidth: 88, align: "right", title: "L2 norm of the module's own parameters' gradients at the last sampled step" },
     strip("grad_map", "Grad norm over steps", "Gradient norm at each sampled step, log colour scale"),
     { key: "std", label: "Std", minWidth: 88, align: "right", title: "Std of the module's outputs at the last sampled step" },

@@ -351,13 +351,15 @@ def test_mode_menu_offers_only_modes_that_work(lab: Any) -> None:
     # Every offered (layer, mode) on the conv layers recomputes without an error.
     for layer in ("encoders.{camera}.conv2", "encoders.{camera}.conv3"):
         root.locator(".vl-av-layer").select_option(layer)
-        assert root.locator(".vl-av-mode").is_disabled()  # one mode: nothing to choose
+        # One mode: said as text, not a disabled menu of one.
+        assert root.locator(".vl-av-mode").is_hidden()
+        assert root.locator(".vl-av-mode-text").inner_text() == "dedicated layer"
         root.locator(".vl-av-recompute").click()
         lab.page.wait_for_function(
             "(l) => !document.querySelector('.vl-av .vl-av-recompute').disabled"
             " && document.querySelector('.vl-av .vl-av-dirty').hidden"
-            " && [...document.querySelectorAll('.vl-av .vl-av-detail')]"
-            ".every(d => d.textContent.includes('.' + l.split('.').pop() + ' '))",
+            " && [...document.querySelectorAll('.vl-av .vl-av-detail-line.vl-mono')]"
+            ".every(d => d.textContent.endsWith('.' + l.split('.').pop()))",
             arg=layer,
         )
         assert root.locator(".vl-error").is_hidden()
@@ -481,4 +483,96 @@ def test_dataset_view_slider_changes_the_shown_sample(lab: Any) -> None:
         _set_theme(lab, dark)
         dataset.scroll_into_view_if_needed()
         lab.screenshot(f"attribution_viewer-dataset-{'dark' if dark else 'light'}", root)
+    _set_theme(lab, False)
+
+
+READING = """
+import torch
+class RgbOnly(torch.utils.data.Dataset):
+    # Evidence in rgb only: both SLAM cameras' maps are near-uniform in every sample.
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        planted = {"rgb": EVIDENCE["rgb"]}
+        return {k: v[0] for k, v in make_camera_images(evidence=planted, seed=40 + i).items()}, i % 2
+wdr = AttributionViewerWidget(MultiCameraDemoModel(), images, target_class=EVIDENCE_CLASS,
+                              layer="encoders.{camera}.conv3", method="grad_cam_plus_plus")
+wdr.explain_dataset(torch.utils.data.DataLoader(RgbOnly(), batch_size=4), keep_samples=3)
+wdr
+"""
+
+# Sizes and wrapping of what the dataset view and the cards show, read from the page.
+READING_FACTS = """(root) => {
+  const box = (e) => e.getBoundingClientRect();
+  const lineHeight = (e) => parseFloat(getComputedStyle(e).lineHeight) || 14;
+  return {
+    aggHeights: [...root.querySelectorAll('.vl-av-agg-canvas')].map(c => box(c).height),
+    thumbs: [...root.querySelectorAll('.vl-av-conc-thumb')].map(c => box(c).height),
+    notKept: [...root.querySelectorAll('.vl-av-conc-gone-note')].map(n =>
+      box(n).height <= lineHeight(n) * 1.5),
+    uniform: [...root.querySelectorAll('.vl-av-agg')].map(c =>
+      [c.dataset.camera, !!c.querySelector('.vl-av-conc-uniform'),
+       c.querySelectorAll('.vl-av-conc-sample').length]),
+    relValues: [...root.querySelectorAll('.vl-av-rel-value')].map(v => v.textContent),
+    truncated: [...root.querySelectorAll('.vl-av-detail-line, .vl-av-range')]
+      .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent),
+    ranges: [...root.querySelectorAll('.vl-av-range')].map(e => e.textContent),
+    explain: [...root.querySelectorAll('.vl-av-panel .vl-av-explain-line')]
+      .filter(e => !e.hidden).map(e => e.textContent),
+    width: box(root.querySelector('.vl-av-aggregates')).width,
+  };
+}"""
+
+
+def test_dataset_view_and_cards_read_well(lab: Any) -> None:
+    lab.open(lab.write_notebook("attribution_reading.ipynb", [SETUP, READING]))
+    lab.run_all()
+    _wait_for_maps(lab, 1)
+    root = lab.page.locator(".vl-av").first
+    root.locator(".vl-av-dataset").wait_for(state="visible")
+    facts = root.evaluate(READING_FACTS)
+    # Larger maps and readable thumbnails.
+    assert facts["aggHeights"] and min(facts["aggHeights"]) >= 180, facts["aggHeights"]
+    assert facts["thumbs"] and min(facts["thumbs"]) >= 40, facts["thumbs"]
+    # "(not kept)" never breaks mid-phrase.
+    assert facts["notKept"] and all(facts["notKept"]), facts["notKept"]
+    # The near-uniform SLAM cameras are summarised once, rgb lists its samples.
+    uniform = {camera: (summary, count) for camera, summary, count in facts["uniform"]}
+    assert uniform["rgb"][0] is False and uniform["rgb"][1] > 0, uniform
+    assert uniform["slam-left"] == (True, 0) and uniform["slam-right"] == (True, 0), uniform
+    assert "equally concentrated" in root.locator(".vl-av-flat-summary").inner_text()
+    # Reliance in one number format: every value has the same number of decimals.
+    decimals = {
+        v.split(" ")[0].lstrip("+-<>").partition(".")[2].__len__() for v in facts["relValues"]
+    }
+    assert len(decimals) == 1, facts["relValues"]
+    # Cards: nothing cut off, plain wording, a one-line note on Grad-CAM++'s raw scale.
+    assert facts["truncated"] == [], facts["truncated"]
+    assert not [r for r in facts["ranges"] if "raw span" in r or "'s" in r], facts["ranges"]
+    assert any("own scale" in e for e in facts["explain"]), facts["explain"]
+    assert root.locator(".vl-av-mode").is_hidden()
+    # The view keeps its width when the statistic or the class changes.
+    width = facts["width"]
+    root.locator(".vl-av-stat").select_option("p90")
+    lab.page.wait_for_function("() => document.querySelector('.vl-av .vl-av-stat').value === 'p90'")
+    root.locator(".vl-av-agg-class").select_option("1")
+    lab.page.wait_for_function(
+        "() => document.querySelector('.vl-av .vl-av-agg-class').value === '1'"
+    )
+    assert root.evaluate(READING_FACTS)["width"] == width
+    root.locator(".vl-av-stat").select_option("mean")
+    root.locator(".vl-av-agg-class").select_option("all")
+    assert root.locator(".vl-error").is_hidden()
+    # One Grad-CAM++ note and the flat cameras explained, in the cards.
+    explained = [e for e in facts["explain"] if "own scale" in e]
+    assert len(explained) == 1, facts["explain"]
+    assert sum("shows no location" in e for e in facts["explain"]) >= 1, facts["explain"]
+    lab.page.set_viewport_size({"width": 1280, "height": 2400})  # the whole view in one shot
+    for dark in (False, True):
+        _set_theme(lab, dark)
+        root.locator(".vl-av-dataset").scroll_into_view_if_needed()
+        name = "dark" if dark else "light"
+        lab.screenshot(f"attribution_viewer-reading-dataset-{name}", root.locator(".vl-av-dataset"))
+        root.locator(".vl-av-panels").scroll_into_view_if_needed()
+        lab.screenshot(f"attribution_viewer-reading-cards-{name}", root.locator(".vl-av-panels"))
     _set_theme(lab, False)

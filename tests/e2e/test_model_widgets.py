@@ -120,7 +120,8 @@ def test_model_widgets_in_jupyterlab(lab: Any) -> None:
     assert lab.kernel_json("browser.selected_paths") == ["head"]
     browser.locator(".vl-sb-results .vl-vt-row[data-row='1']").click()
     expect(browser.locator(".vl-sb-value")).to_have_count(5)
-    expect(browser.locator("svg.vl-hist rect").first).to_be_attached()
+    # the distribution drawn is the whole tensor's summary; the values are its first ones
+    expect(browser.locator(".vl-sb-whole svg.vl-boxes rect").first).to_be_attached()
     with page.expect_download() as download_info:
         browser.locator(".vl-sb-download").click()
     download = download_info.value
@@ -276,6 +277,10 @@ def test_linked_selection_and_health_view_in_jupyterlab(lab: Any) -> None:
     # Go to the origin; the drift column sorts (largest first)
     health.locator(".vl-mh-goto").click()
     expect(health.locator(".vl-vt-row.vl-vt-cursor.vl-mh-origin")).to_have_count(1)
+    # ... which selects it (in every linked widget) and opens its detail
+    expect(health.locator(".vl-mh-detail")).to_contain_text("Output of block.log")
+    assert lab.kernel_json("picked.paths") == ["block.log"]
+    _name_cell(health, "encoder").click()
 
     # a capture whose run() calls a re-bound model warns instead of reporting ok
     lab.kernel_json(

@@ -91,7 +91,7 @@ def test_store_dashboard_and_coverage_heatmap(lab: Any) -> None:
     assert f"{samples:,}" in header and "store-e2e/store" in header
     assert lab.kernel_json("dash.request.digest()")[:16] in header
     problems = dash.locator(".vl-sd-problems").inner_text()
-    assert "without any valid candidate" in problems and "lack candidate IDs" in problems
+    assert "without any valid candidate" in problems and "without candidate IDs" in problems
     assert dash.locator("figure[data-key='rri'] rect.vl-chart-bar").count() == 30
     # Changing the active tab moves no tab label sideways.
     tab_x = (

@@ -24,6 +24,7 @@ WIDGETS = {
     "attribution-viewer": ".vl-av",
     "model-health": ".vl-model-health",
     "store-compare": ".vl-sc",
+    "training-monitor": ".vl-training-monitor",
 }
 
 # Screenshots of a later widget of a kind, by its index among the tour's widgets of that kind.

@@ -15,6 +15,7 @@ from vinlens.store.diagnostics import (
     collect_vin_offline_dataset_stats,
     dashboard_problems,
     pearson_r,
+    scan_scope,
 )
 from vinlens.store.synthetic import SyntheticStoreRecord
 
@@ -63,3 +64,21 @@ def test_max_samples_accepted(value: object) -> None:
 def test_max_samples_refused_naming_the_value(value: object) -> None:
     with pytest.raises(ValueError, match=r"max_samples must be None or an integer >= 0, got"):
         check_max_samples(value)
+
+
+def test_problem_titles_say_which_rows_were_read(small_store: SyntheticStoreRecord) -> None:
+    # max_samples 512 on a 24-row store reads every row: the words say so, with the real
+    # number, never the cap.
+    stats = collect_vin_offline_dataset_stats(small_store.store_dir, max_samples=512)
+    assert stats.num_samples == stats.sampled_samples == 24
+    assert scan_scope(stats) == "all 24 rows scanned"
+    titles = [p["title"] for p in dashboard_problems(stats)]
+    assert titles[0] == "1 row without any valid candidate (all 24 rows scanned)"
+    assert titles[1].endswith("labelled rows without candidate IDs (all 24 rows scanned)")
+    for title in titles:
+        assert "sampled sample" not in title and "512" not in title
+    partial = collect_vin_offline_dataset_stats(small_store.store_dir, max_samples=16)
+    assert scan_scope(partial) == "16 of 24 rows sampled"
+    for problem in dashboard_problems(partial):
+        if problem["severity"] != "error" and "candidate" in problem["title"]:
+            assert problem["title"].endswith("(16 of 24 rows sampled)")

@@ -82,7 +82,7 @@ def test_pairs_scatter_and_unpaired_count(store):
     # Every sample of the id-less trailing shard is unpaired, and the dashboard says so.
     assert w.payload["pairs"]["unpaired_count"] == len(store.unpaired_sample_keys) > 0
     assert set(w.payload["pairs"]["unpaired_examples"]) <= set(store.unpaired_sample_keys)
-    notices = [p for p in w.payload["problems"] if "lack candidate IDs" in p["title"]]
+    notices = [p for p in w.payload["problems"] if "without candidate IDs" in p["title"]]
     assert notices and notices[0]["severity"] == "notice"
     warning = next(p for p in w.payload["problems"] if "without any valid candidate" in p["title"])
     assert warning["detail"] == store.no_valid_candidate_sample_keys[0]
@@ -299,7 +299,7 @@ def test_static_html_is_escaped_and_script_free(tmp_path):
     assert "<img src=x" not in out and "&lt;img src=x onerror=alert(1)&gt;" in out
     assert "<script" not in out.lower()
     assert w.payload["header"]["digest"] in out
-    assert "24 (24 sampled)" in out
+    assert "24 (all 24 rows scanned)" in out
 
 
 def test_dashboard_payload_is_a_pure_function_of_the_records(store):

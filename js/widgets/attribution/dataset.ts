@@ -8,7 +8,8 @@ import { compositeOverlay, paintCanvas } from "../../lib/overlay";
 import { decode, formatNumber } from "../../lib/payload";
 import type { CommandClient } from "../../lib/protocol";
 import {
-  aggregateMaps, colormapOf, concentrationText, finiteRange, labelled, option, rangeText, sampleLabel, sharedRange,
+  aggregateMaps, colormapOf, concentrationText, finiteRange, labelled, mapExplanation, option, rangeText, sampleLabel,
+  sharedRange, spanWords,
 } from "./text";
 import type { ConcentrationPayload, DatasetPayload, Model, ReliancePayload } from "./types";
 
@@ -37,7 +38,10 @@ export function relianceText(rows: readonly ReliancePayload[]): string[] {
   return rows.map((r) => {
     const base = `${r.drop > 0 ? "+" : ""}${fixed(r.drop, decimals)} ± ${fixed(r.std, decimals)}`;
     if (!Number.isFinite(r.drop)) return base;
-    if (r.drop > 0) return `${base} (${Math.round(100 * r.share)}% of all drops)`;
+    if (r.drop > 0) {
+      const pct = Math.round(100 * r.share);
+      return `${base} (${pct === 0 ? "<1" : pct}% of all drops)`;
+    }
     if (r.drop < 0) return `${base} (score rises without it)`;
     return `${base} (no effect)`;
   });
@@ -57,6 +61,12 @@ export function relianceBar(drop: number, rows: readonly ReliancePayload[]): { z
   if (!(span > 0) || !Number.isFinite(drop)) return { zero, left: zero, width: 0 };
   const width = (100 * Math.abs(drop)) / span;
   return { zero, left: drop < 0 ? zero - width : zero, width };
+}
+
+/** " · 2 maps with NaN or inf left out": said once in the summary, nothing when none. */
+export function nonfiniteText(count: number): string {
+  if (!(count > 0)) return "";
+  return ` · ${formatNumber(count)} ${count === 1 ? "map" : "maps"} with NaN or inf left out of the statistics`;
 }
 
 export interface DatasetView {
@@ -105,7 +115,8 @@ export function datasetView(
     if (!dataset) return;
     summary.textContent =
       `${formatNumber(dataset.samples)} samples in ${formatNumber(dataset.batches)} batches · `
-      + `${dataset.method_label} at ${dataset.layer} · ${dataset.score_label} · baseline ${dataset.baseline}`;
+      + `${dataset.method_label} at ${dataset.layer} · ${dataset.score_label} · baseline ${dataset.baseline}`
+      + nonfiniteText(dataset.nonfinite_maps ?? 0);
     slider.max = String(Math.max(dataset.kept.length - 1, 0));
     slider.disabled = dataset.kept.length < 2;
     const current = statSelect.value || m.get("aggregate_stat");
@@ -137,6 +148,7 @@ export function datasetView(
     const cmap = colormapOf(m.get("colormap"));
     const cards: HTMLElement[] = [];
     const uniform: string[] = [];
+    let scaleNoted = false;
     for (const key of m.get("camera_keys") ?? []) {
       const agg = maps[key];
       if (!agg) continue;
@@ -155,7 +167,13 @@ export function datasetView(
           h("div", { class: "vl-av-bar", style: `background: ${gradientCss(cmap, 24)}` }),
           h("span", { class: "vl-av-bar-max vl-mono" }, formatNumber(vmax))),
         // Percentile maps are of per-sample normalised maps: their span is not in raw units.
-        h("div", { class: "vl-mono vl-av-range" }, rangeText({ ...agg, camera_key: key }, stat === "mean" ? "raw span" : "span")));
+        h("div", { class: "vl-av-range", title: rangeText({ ...agg, camera_key: key }) },
+          spanWords({ ...agg, camera_key: key }, stat === "mean" ? "value range" : "normalised range")));
+      // Grad-CAM++'s raw scale only matters for the raw mean map, not the normalised percentiles.
+      const words = mapExplanation(
+        { ...agg, method: stat === "mean" ? dataset.method ?? "" : "" }, !scaleNoted && !agg.flat);
+      if (words && !agg.flat) scaleNoted = true;
+      if (words) card.append(h("div", { class: "vl-muted vl-av-explain-line" }, words));
       const strip = strips[key];
       if (strip && typeof strip.uniform === "number") {
         // Every kept sample scores the same: one line instead of a row of equal numbers.

@@ -5,7 +5,7 @@ import { COLORMAP_NAMES, gradientCss } from "../../lib/colormap";
 import { h, replaceChildren } from "../../lib/dom";
 import { compositeOverlay, imageSize, imageToRGBA, paintCanvas } from "../../lib/overlay";
 import { decode, formatNumber, type NDArray } from "../../lib/payload";
-import { MODE_LABELS, colormapOf, displayRange, labelled, option, rangeText } from "./text";
+import { MODE_LABELS, colormapOf, displayRange, labelled, mapExplanation, option, rangeText, spanWords } from "./text";
 import type { AttributionPayload, Model, Scale, View } from "./types";
 
 interface Panel {
@@ -43,33 +43,6 @@ export interface CameraPanels {
   /** Mark the cameras still computing (all when ``keys`` is every camera). */
   setPending(keys: readonly string[]): void;
   dispose(): void;
-}
-
-/**
- * One line a newcomer needs beside a map whose numbers look odd: Grad-CAM++ raw values are
- * on their own scale (its weights are not Grad-CAM's), and a map that is one constant value
- * (often exactly 1/3 after the ReLU of a flat gradient) carries no location at all.
- */
-export function mapExplanation(record: Pick<AttributionPayload, "method" | "min" | "max" | "flat">): string {
-  if (Number.isFinite(record.min) && record.min === record.max) {
-    return `one constant value (${formatNumber(record.min)}) over the whole map: this camera's map shows no location`;
-  }
-  if (record.method === "grad_cam_plus_plus") {
-    return "Grad-CAM++ raw values use their own scale: compare cameras within this method, not with Grad-CAM's numbers";
-  }
-  return "";
-}
-
-/** The share of the largest camera's span, in plain words. */
-export function spanWords(
-  record: Pick<AttributionPayload, "camera_key" | "span" | "relative_span" | "largest_camera" | "flat">,
-): string {
-  if (!Number.isFinite(record.relative_span) || !record.largest_camera || record.largest_camera === record.camera_key) {
-    return rangeText(record, "value range");
-  }
-  const pct = 100 * record.relative_span;
-  const share = pct >= 10 ? pct.toFixed(0) : pct >= 0.001 ? pct.toPrecision(2) : "<0.001";
-  return `value range ${formatNumber(record.span)}, ${share}% of the widest camera (${record.largest_camera})`;
 }
 
 export function cameraPanels(m: Model, hooks: { onRecords(): void }): CameraPanels {
@@ -175,7 +148,9 @@ export function cameraPanels(m: Model, hooks: { onRecords(): void }): CameraPane
       const [lh, lw] = record.layer_shape;
       panel.range.textContent = spanWords(record);
       panel.range.title = rangeText(record);
-      const words = mapExplanation(record);
+      // The scale note once, on the first camera that needs it.
+      const first = [...records.values()].find((r) => r.method === "grad_cam_plus_plus" && !r.flat);
+      const words = mapExplanation(record, first?.camera_key === record.camera_key);
       panel.explain.hidden = words === "";
       panel.explain.textContent = words;
       panel.stats.textContent =

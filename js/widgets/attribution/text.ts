@@ -106,3 +106,42 @@ export function option(value: string, label: string, selected: boolean): HTMLOpt
 export function labelled(text: string, control: HTMLElement): HTMLLabelElement {
   return h("label", { class: "vl-av-field" }, h("span", { class: "vl-muted" }, text), control);
 }
+
+/**
+ * One line a newcomer needs beside a map whose numbers look odd. A near-flat map (often
+ * about 1/3 everywhere: Grad-CAM++'s weights of a flat gradient) carries no location, and
+ * its colours only stretch a tiny range; Grad-CAM++ raw values are on their own scale (its
+ * weights are not Grad-CAM's), said where ``scaleNote`` asks for it (once per view).
+ */
+export function mapExplanation(
+  record: Pick<AttributionPayload, "method" | "min" | "max" | "flat">, scaleNote = true,
+): string {
+  if (Number.isFinite(record.min) && (record.min === record.max || record.flat)) {
+    const spread = record.max - record.min;
+    const level = (record.min + record.max) / 2;
+    if (spread === 0) {
+      return `one constant value (${formatNumber(level)}) over the whole map: this camera's map shows no location`;
+    }
+    if (spread <= 1e-4 * Math.max(Math.abs(level), 1e-12)) {
+      return `about ${formatNumber(level)} everywhere (spread ${formatNumber(spread)}): this map shows no location; its colours stretch a tiny range`;
+    }
+    return "varies little next to the widest camera: its colours stretch a small range, so it says little about where this camera looks";
+  }
+  if (scaleNote && record.method === "grad_cam_plus_plus") {
+    return "Grad-CAM++ raw values use their own scale: compare cameras within this method, not with Grad-CAM's numbers";
+  }
+  return "";
+}
+
+/** The share of the largest camera's span, in plain words. */
+export function spanWords(
+  record: Pick<AttributionPayload, "camera_key" | "span" | "relative_span" | "largest_camera" | "flat">,
+  noun = "value range",
+): string {
+  if (!Number.isFinite(record.relative_span) || !record.largest_camera || record.largest_camera === record.camera_key) {
+    return rangeText(record, noun);
+  }
+  const pct = 100 * record.relative_span;
+  const share = pct >= 10 ? pct.toFixed(0) : pct >= 0.001 ? pct.toPrecision(2) : "<0.001";
+  return `${noun} ${formatNumber(record.span)}, ${share}% of the widest camera (${record.largest_camera})`;
+}

@@ -94,7 +94,11 @@ export interface DatasetPayload {
   baseline: string;
   score_label: string;
   method_label: string;
+  /** The method's registry name (e.g. "grad_cam_plus_plus"). */
+  method?: string;
   layer: string;
+  /** Maps left out of every statistic for a NaN or infinite value (all cameras). */
+  nonfinite_maps?: number;
   stats: MethodChoice[];
   /** stat value -> camera -> aggregate map, over every class. */
   aggregates: Record<string, Record<string, AggregatePayload>>;

@@ -54,7 +54,7 @@ from vinlens.attribution.partials import (
     DatasetAccumulator,
     DatasetExplanation,
     KeptSample,
-    _batch_partial,
+    _explain_batch,
     _MeanAccumulator,
     _Request,
     check_percentiles,
@@ -109,8 +109,8 @@ def _run_shard(task: _ShardTask) -> DatasetAccumulator:
     model = _worker_model(task.model)
     result = DatasetAccumulator(task.request)
     for batch in task.source.batches(task.shard):
-        result.merge(_batch_partial(model, batch, task.request))
-    return result
+        result.add(_explain_batch(model, batch, task.request))
+    return result.flush()  # sent back folded: no buffered records cross to the caller
 
 
 @dataclass(eq=False)
@@ -130,10 +130,10 @@ class _StreamTask:
 def _run_stream(task: _StreamTask) -> DatasetAccumulator:
     result = DatasetAccumulator(task.request)
     for done, batch in enumerate(_limited(task.batches, task.limit, task.cancel), start=1):
-        result.merge(_batch_partial(task.model, batch, task.request))
+        result.add(_explain_batch(task.model, batch, task.request))
         if task.progress is not None:
             task.progress(task.done_before + done, task.total)
-    return result
+    return result.flush()
 
 
 def _limited(

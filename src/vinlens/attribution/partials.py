@@ -121,14 +121,33 @@ class DatasetExplanation:
 # -- the accumulator ----------------------------------------------------------------------
 
 
+# An accumulator folds its explained batches into the histograms in groups of about this
+# many samples: each histogram is copied once per group, not once per batch, and the
+# buffered records (with their image-size maps) stay a few MB.
+FOLD_SAMPLES = 64
+
+
+@dataclass(eq=False)
+class _Explained:
+    """One batch explained, before it is folded: records and classes, reliance, images."""
+
+    records: Sequence[CameraAttribution]
+    classes: list[int | None] | None
+    reliance: CameraReliance | None
+    kept: tuple[dict[str, torch.Tensor], ...]
+    size: int
+
+
 @dataclass(eq=False)
 class DatasetAccumulator:
     """The partial of one or more batches, in the operations module's accumulator protocol.
 
-    ``update(batch)`` explains one more batch in place; ``merge(other)`` appends ``other``'s
-    batches (their sample ids renumbered after this one's) in place and returns ``self``,
-    never changing ``other``; ``finish(percentiles)`` returns a :class:`DatasetExplanation`.
-    Both parts are optional, so one shape serves maps only, reliance only, or both.
+    ``update(batch, model)`` explains one more batch in place; ``merge(other)`` appends
+    ``other``'s batches (their sample ids renumbered after this one's) in place and returns
+    ``self``, never changing ``other``; ``finish(percentiles)`` returns a
+    :class:`DatasetExplanation`. Both parts are optional, so one shape serves maps only,
+    reliance only, or both. The fold depends only on the batches and how they are split
+    into tasks, so the same tasks give equal records wherever they run.
     """
 
     request: _Request
@@ -137,6 +156,10 @@ class DatasetAccumulator:
     batches: int = 0
     samples: int = 0
     kept: tuple[KeptSample, ...] = ()
+    pending: list[tuple[Sequence[CameraAttribution], list[int | None] | None]] = field(
+        default_factory=list
+    )
+    pending_samples: int = 0
 
     def __post_init__(self) -> None:
         if self.request.maps and self.aggregate is None:
@@ -144,10 +167,44 @@ class DatasetAccumulator:
             self.aggregate = AttributionAggregate(r.method, bins=r.bins, top_k=r.top_k)
 
     def update(self, batch: Any, model: nn.Module | None = None) -> Self:
-        """Explain one batch and fold it in (``model`` is needed, the request's own or given)."""
+        """Explain one batch with ``model`` and fold it in."""
         if model is None:
             raise ValueError("DatasetAccumulator.update needs the model to explain the batch.")
-        return self.merge(_batch_partial(model, batch, self.request))
+        return self.add(_explain_batch(model, batch, self.request))
+
+    def add(self, explained: _Explained) -> Self:
+        """Fold one explained batch in, after the batches already here."""
+        if self.request.maps:
+            self.pending.append((explained.records, explained.classes))
+            self.pending_samples += explained.size
+            if self.pending_samples >= FOLD_SAMPLES:
+                self.flush()
+        if explained.reliance is not None:
+            found = explained.reliance
+            self.reliance = (self.reliance or RelianceSummary(found.camera_keys)).update(found)
+        room = self.request.keep_samples - len(self.kept)
+        if room > 0:
+            self.kept = (
+                *self.kept,
+                *(
+                    KeptSample(self.samples + i, _sample_label(self.batches, i), images)
+                    for i, images in enumerate(explained.kept[:room])
+                ),
+            )
+        self.batches += 1
+        self.samples += explained.size
+        return self
+
+    def flush(self) -> Self:
+        """Fold the buffered batches into the histograms now."""
+        self.aggregate = self._folded()
+        self.pending, self.pending_samples = [], 0
+        return self
+
+    def _folded(self) -> AttributionAggregate | None:
+        if not self.pending or self.aggregate is None:
+            return self.aggregate
+        return self.aggregate.update_batches(self.pending)
 
     def merge(self, other: DatasetAccumulator) -> Self:
         """``other``'s batches after this one's (``other`` is not changed)."""
@@ -156,9 +213,11 @@ class DatasetAccumulator:
             or other.request.reliance != self.request.reliance
         ):
             raise ValueError("cannot merge dataset partials of different requests.")
+        self.flush()
         offset = self.samples
-        if other.aggregate is not None:
-            shifted = other.aggregate.shifted(offset)
+        theirs = other._folded()
+        if theirs is not None:
+            shifted = theirs.shifted(offset)
             self.aggregate = shifted if self.aggregate is None else self.aggregate.merge(shifted)
         if other.reliance is not None:
             self.reliance = (
@@ -168,15 +227,14 @@ class DatasetAccumulator:
         if room > 0 and other.kept:
             moved = [
                 KeptSample(s.sample_id + offset, _sample_label(self.batches + b, i), s.images)
-                for s, (b, i) in zip(other.kept[:room], other._kept_places(), strict=False)
+                for s, (b, i) in zip(
+                    other.kept[:room], [_parse_label(k.label) for k in other.kept], strict=False
+                )
             ]
             self.kept = (*self.kept, *moved)
         self.batches += other.batches
         self.samples += other.samples
         return self
-
-    def _kept_places(self) -> list[tuple[int, int]]:
-        return [_parse_label(s.label) for s in self.kept]
 
     def finish(self, percentiles: Sequence[float] = (50.0, 90.0)) -> DatasetExplanation:
         """The record (raises ``ValueError`` when no batch was folded and reliance was asked)."""
@@ -184,7 +242,8 @@ class DatasetAccumulator:
         checked = check_percentiles(percentiles)
         if r.reliance and self.reliance is None:
             raise ValueError("the batches are empty; nothing to explain.")
-        aggregate = self.aggregate or AttributionAggregate(r.method, bins=r.bins, top_k=r.top_k)
+        folded = self._folded()
+        aggregate = folded or AttributionAggregate(r.method, bins=r.bins, top_k=r.top_k)
         reliance = self.reliance or RelianceSummary(())
         return DatasetExplanation(
             method=r.method,
@@ -231,16 +290,17 @@ class _Request:
     keep_samples: int = 0
 
 
-def _batch_partial(model: nn.Module, batch: Any, request: _Request) -> DatasetAccumulator:
-    """One batch explained: its own partial, sample ids from 0."""
+def _explain_batch(model: nn.Module, batch: Any, request: _Request) -> _Explained:
+    """One batch explained (maps, reliance, the first samples' images), not yet folded."""
     to_images = request.batch_images or batch_camera_images
     labels = (request.batch_labels or _default_batch_labels)(batch)
     images = to_images(batch)
-    part = DatasetAccumulator(request, batches=1)
+    records: Sequence[CameraAttribution] = ()
+    classes: list[int | None] | None = None
     size = 0
     if request.maps:
         recorder = _ClassRecorder(request.score, labels)
-        records: Sequence[CameraAttribution] = explain_cameras(
+        records = explain_cameras(
             model,
             images,
             recorder,
@@ -249,14 +309,12 @@ def _batch_partial(model: nn.Module, batch: Any, request: _Request) -> DatasetAc
             forward=request.forward,
             channel_batch_size=request.channel_batch_size,
         )
-        classes = recorder.classes
-        assert part.aggregate is not None
-        part.aggregate = part.aggregate.update(
-            records, None if classes is None else [int(c) for c in classes.tolist()]
-        )
-        size = part.aggregate.samples
+        found_classes = recorder.classes
+        classes = None if found_classes is None else [int(c) for c in found_classes.tolist()]
+        size = max((r.sample_index for r in records), default=-1) + 1
+    reliance: CameraReliance | None = None
     if request.reliance:
-        found: CameraReliance = camera_reliance(
+        reliance = camera_reliance(
             model,
             images,
             request.score,
@@ -265,21 +323,15 @@ def _batch_partial(model: nn.Module, batch: Any, request: _Request) -> DatasetAc
             labels=labels,
             forward=request.forward,
         )
-        part.reliance = RelianceSummary(found.camera_keys).update(found)
-        size = len(found.scores)
-    part.samples = size
+        size = len(reliance.scores)
+    kept: tuple[dict[str, torch.Tensor], ...] = ()
     if request.keep_samples > 0:
         tensors = camera_image_batches(images)
-        keys = list(tensors)
-        part.kept = tuple(
-            KeptSample(
-                i,
-                _sample_label(0, i),
-                {key: tensors[key][i : i + 1].detach().cpu() for key in keys},
-            )
+        kept = tuple(
+            {key: value[i : i + 1].detach().cpu() for key, value in tensors.items()}
             for i in range(min(request.keep_samples, size))
         )
-    return part
+    return _Explained(records, classes, reliance, kept, size)
 
 
 # -- the mean image -------------------------------------------------------------------------

@@ -64,7 +64,8 @@ TOUR: list[_Cell] = [
     (
         "md",
         "## 2. The constructed model as a module table\n\n"
-        "Click rows (shift-click for a range, or *select subtree*) to choose the modules to capture. "
+        "Choose the modules to capture as in a file browser: a click selects one row, "
+        "Ctrl/⌘-click adds or removes a row, Shift-click selects a range (or use *Select subtree*). "
         "The selection is the `selected_paths` traitlet, so Python sees it and can set it.",
     ),
     (

@@ -26,7 +26,7 @@ Shared records and helpers live in :mod:`vinlens.health.summaries`.
 
 from __future__ import annotations
 
-from vinlens.health.diff import ModelDiff, ModuleDiff, compare_models
+from vinlens.health.diff import ModelDiff, ModuleDiff, compare_models, most_drifted
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.monitor import (
     HISTORY_SAMPLES,
@@ -69,5 +69,6 @@ __all__ = [
     "compare_models",
     "find_nonfinite_gradient_origin",
     "find_nonfinite_origin",
+    "most_drifted",
     "precision_headroom",
 ]

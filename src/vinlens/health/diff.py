@@ -16,12 +16,13 @@ from vinlens.health.summaries import (
     check_model,
     floating_tensors,
     labelled_modules,
+    reducible,
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
 
-__all__ = ["ModelDiff", "ModuleDiff", "compare_models"]
+__all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,11 @@ class ModuleDiff:
         call_index: Zero-based invocation index of the path within the forward.
         max_abs_diff: Largest ``|a - b|``; NaN when one side is NaN where the other is not.
         relative_l2: ``||a - b|| / ||a||`` (0 when both are zero, inf when only ``a`` is).
-        cosine: Cosine similarity of ``a`` and ``b`` (1 when both are zero).
+        cosine: Cosine similarity of ``a`` and ``b`` (1 when both are zero). For finite
+            outputs it comes from the same blocks as ``relative_l2``
+            (``1 - cos = (||a-b||^2 - (||a|| - ||b||)^2) / (2 ||a|| ||b||)``), so ``1 - cos``
+            is accurate relative to itself even below 1e-6; otherwise from float64 blocks
+            of the finite values.
         summary_a: Statistics of model A's output.
         summary_b: Statistics of model B's output.
     """
@@ -74,6 +79,39 @@ class ModelDiff:
             if not module.relative_l2 <= rtol:
                 return module.module_path
         return None
+
+    def most_drifted(self, k: int | None = None) -> tuple[ModuleDiff, ...]:
+        """Per module path its most drifted call, the most drifted paths first.
+
+        A path's calls are ranked by ``relative_l2``, NaN (one side non-finite) above
+        every number; ties keep the earlier call. Paths are then ordered the same way,
+        ties in execution order. ``k`` keeps the first ``k`` (None: every path).
+
+        Raises:
+            ValueError: ``k`` is not None or a non-negative int.
+        """
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"k must be None or a non-negative int, got {k!r}")
+        best: dict[str, ModuleDiff] = {}
+        for module in self.modules:
+            kept = best.get(module.module_path)
+            if kept is None or _drift_key(module) > _drift_key(kept):
+                best[module.module_path] = module
+        ranked = sorted(best.values(), key=_drift_key, reverse=True)  # stable: ties in order
+        return tuple(ranked if k is None else ranked[:k])
+
+
+def _drift_key(module: ModuleDiff) -> float:
+    value = float(module.relative_l2)
+    return math.inf if math.isnan(value) else value
+
+
+def most_drifted(diff: ModelDiff, k: int | None = None) -> tuple[ModuleDiff, ...]:
+    """:meth:`ModelDiff.most_drifted`: per module path its most drifted call, most drifted
+    paths first, the first ``k`` (None: all)."""
+    if not isinstance(diff, ModelDiff):
+        raise TypeError(f"diff must be a ModelDiff, got {type(diff).__qualname__}")
+    return diff.most_drifted(k)
 
 
 class _Abort(BaseException):
@@ -193,7 +231,9 @@ def compare_models(
 
     Raises:
         TypeError: a model is not a module or ``run`` is not callable.
-        ValueError: an unknown path, or forwards that do not make the same calls.
+        ValueError: an unknown path, forwards that do not make the same calls, or a
+            dropout module in train mode (both forwards draw from torch's one RNG at
+            once, so seeding ``run`` cannot give them the same mask).
         Exception: whatever ``run`` raises, after every hook is removed.
     """
     check_model(model_a, "model_a")
@@ -212,6 +252,11 @@ def compare_models(
                 "but not in model_b"
             )
         paired = wanted
+    _refuse_train_mode_randomness(paths_a, "model_a")
+    if model_b is not model_a:
+        _refuse_train_mode_randomness(paths_b, "model_b")
+    ids_b = {id(module) for module in paths_b.values()}
+    shared = {path for path in paired if id(paths_a[path]) in ids_b}
     unpaired = tuple(
         [p for p in paths_a if p not in paths_b] + [p for p in paths_b if p not in paths_a]
     )
@@ -233,8 +278,10 @@ def compare_models(
         arrive = step.arrive_a if side == "a" else step.arrive_b
 
         def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-            # The same model passed twice carries both sides' hooks: keep the caller's.
-            if (threading.get_ident() == thread_a) != (side == "a"):
+            # A module in both models carries both sides' hooks: the thread tells which
+            # forward called it. Any other module belongs to one side, whichever thread
+            # ``run`` drives its forward on.
+            if label in shared and (threading.get_ident() == thread_a) != (side == "a"):
                 return
             key = (side, label)
             index = counts.get(key, 0)
@@ -289,6 +336,33 @@ def compare_models(
     return ModelDiff(modules=tuple(step.diffs), unpaired_paths=unpaired)
 
 
+_RANDOM_IN_TRAINING = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+
+
+def _refuse_train_mode_randomness(modules: dict[str, nn.Module], name: str) -> None:
+    random = [
+        path
+        for path, module in modules.items()
+        if module.training
+        and isinstance(module, _RANDOM_IN_TRAINING)
+        and float(getattr(module, "p", 0.0)) > 0.0
+    ]
+    if random:
+        shown = ", ".join(repr(path) for path in random[:5]) + (", ..." if len(random) > 5 else "")
+        raise ValueError(
+            f"{name} has dropout in train mode ({shown}): compare_models runs both forwards "
+            "at once and they draw from torch's one random generator, so even a seeded run "
+            "gives them different masks; call .eval() on both models (or set p=0)"
+        )
+
+
 def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleDiff:
     tensors_a = list(floating_tensors(output_a, "output"))
     tensors_b = list(floating_tensors(output_b, "output"))
@@ -301,11 +375,14 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
     summary_a, summary_b = SummaryAccumulator(), SummaryAccumulator()
     max_abs = 0.0
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
+    every_finite = True
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
+        a, b = reducible(a), reducible(b)  # float8: an exact float16 copy
         finite_before = summary_a.finite + summary_b.finite
         summary_a.update(a)
         summary_b.update(b)
         all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
+        every_finite = every_finite and all_finite
         pairs = _finite_pair_moments if all_finite else _pair_moments
         for block_max, block_diff, block_a, block_b, block_dot in pairs(a, b):
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
@@ -327,6 +404,8 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
         cosine = 1.0
     elif norm_a_sq == 0.0 or norm_b_sq == 0.0:
         cosine = 0.0
+    elif every_finite:
+        cosine = _cosine_from_distance(diff_sq, norm_a_sq, norm_b_sq)
     else:
         cosine = dot / (math.sqrt(norm_a_sq) * math.sqrt(norm_b_sq))
     return ModuleDiff(
@@ -338,6 +417,21 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
         summary_a=summary_a.finish(),
         summary_b=summary_b.finish(),
     )
+
+
+def _cosine_from_distance(diff_sq: float, norm_a_sq: float, norm_b_sq: float) -> float:
+    """cos(a, b) from ``||a-b||^2``, ``||a||^2`` and ``||b||^2`` (the relative_l2 blocks).
+
+    ``1 - cos = (||a-b||^2 - (||a|| - ||b||)^2) / (2 ||a|| ||b||)``: the difference is
+    reduced from ``a - b`` itself, and the norms' own rounding cancels in
+    ``||a|| - ||b||`` to second order, so ``1 - cos`` keeps its relative precision near 1
+    where a float32 ``<a, b> / (||a|| ||b||)`` leaves ~1e-7 of absolute noise.
+    """
+    norm_a = math.sqrt(norm_a_sq)
+    norm_b = math.sqrt(norm_b_sq)
+    gap = norm_a - norm_b
+    one_minus = (diff_sq - gap * gap) / (2.0 * norm_a * norm_b)
+    return min(1.0, max(-1.0, 1.0 - one_minus))
 
 
 def _finite_pair_moments(

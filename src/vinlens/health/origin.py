@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from torch import nn
 
 from vinlens.health.summaries import (
+    MAX_WALK_DEPTH,
+    MAX_WALK_NODES,
     Found,
     TensorTrace,
     check_callable,
@@ -17,6 +20,7 @@ from vinlens.health.summaries import (
     floating_tensors,
     input_tensors,
     labelled_modules,
+    reducible,
     tensor_traces,
 )
 from vinlens.hooks import CallPairing, HookSet
@@ -50,6 +54,10 @@ class NonFiniteOrigin:
             ``input_nonfinite``), None when that cannot be told (inference-mode tensors
             carry no version counter). False for ``input_nonfinite`` origins, whose
             inputs are summarized before the call.
+        walk_truncated: Paths of module calls whose inputs or outputs held more
+            containers and tensors than one walk visits (``MAX_WALK_NODES`` nodes,
+            ``MAX_WALK_DEPTH`` levels, in :mod:`vinlens.health.summaries`), in order of
+            first occurrence: values past the limit were not checked.
     """
 
     module_path: str
@@ -59,6 +67,7 @@ class NonFiniteOrigin:
     propagated_to: tuple[str, ...]
     input_nonfinite: bool
     inputs_modified_in_place: bool | None = False
+    walk_truncated: tuple[str, ...] = ()
 
 
 def _versions(tensors: Found) -> tuple[int, ...] | None:
@@ -92,6 +101,12 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
         run: Callable of no arguments that drives the forward (for example
             ``lambda: model(batch)``). Its return value is ignored.
 
+    Complex tensors are checked too (a NaN or infinity in either part counts), and
+    float8 tensors through an exact float16 copy. A walk of one call's inputs or
+    outputs visits at most ``MAX_WALK_NODES`` containers and tensors; calls past that
+    limit are listed in ``walk_truncated``, and a None answer with such calls warns
+    (``RuntimeWarning``) instead of claiming every value was finite.
+
     Returns:
         The origin, or None when every module call stayed finite.
 
@@ -109,7 +124,18 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
             run()
     finally:
         watch.clear()  # calls that never returned must not keep their inputs alive
-    return watch.result()
+    found = watch.result()
+    if found is None and watch.walk_truncated:
+        paths = list(watch.walk_truncated)
+        warnings.warn(
+            "find_nonfinite_origin found no NaN or Inf, but the inputs or outputs of "
+            f"{', '.join(repr(p) for p in paths[:5])}{', ...' if len(paths) > 5 else ''} held "
+            f"more than {MAX_WALK_NODES} containers and tensors (or were nested deeper than "
+            f"{MAX_WALK_DEPTH}); values past that limit were not checked",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return found
 
 
 class ForwardOriginWatch:
@@ -132,7 +158,13 @@ class ForwardOriginWatch:
         self.origin: list[_Call] = []
         self.tainted: list[_Call] = []
         self.propagated: dict[str, None] = {}
+        self.walk_truncated: dict[str, None] = {}
         self.lock = threading.Lock()
+
+    def truncated(self, label: str) -> None:
+        """Note that a walk of ``label``'s inputs or outputs stopped at its limits."""
+        with self.lock:
+            self.walk_truncated.setdefault(label, None)
 
     def pre(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Check a call's inputs as it begins."""
@@ -140,8 +172,10 @@ class ForwardOriginWatch:
 
     def begin(self, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """:meth:`pre`, returning the call's index (per path, in the order calls begin)."""
-        inputs = input_tensors(args, kwargs)
-        finite = all(self.checks.finite(tensor) for _, tensor in inputs)
+        inputs = input_tensors(
+            args, kwargs, complex_too=True, truncated=lambda: self.truncated(label)
+        )
+        finite = all(self.checks.finite(reducible(tensor)) for _, tensor in inputs)
         index = self.calls.begin(label, args, (inputs, _versions(inputs), finite))
         if not finite:
             with self.lock:
@@ -156,8 +190,12 @@ class ForwardOriginWatch:
         if call is None:
             return
         index, (inputs, versions, finite_inputs) = call
-        outputs = list(floating_tensors(output, "output"))
-        finite = all(self.checks.finite(tensor) for _, tensor in outputs)
+        outputs = list(
+            floating_tensors(
+                output, "output", complex_too=True, truncated=lambda: self.truncated(label)
+            )
+        )
+        finite = all(self.checks.finite(reducible(tensor)) for _, tensor in outputs)
         with self.lock:
             tainted = self.tainted
             if tainted and tainted[0][:2] == (label, index):
@@ -197,4 +235,13 @@ class ForwardOriginWatch:
             return None
         label, index, inputs, outputs, modified = found
         spread = tuple(path for path in self.propagated if path != label)
-        return NonFiniteOrigin(label, index, inputs, outputs, spread, input_nonfinite, modified)
+        return NonFiniteOrigin(
+            label,
+            index,
+            inputs,
+            outputs,
+            spread,
+            input_nonfinite,
+            modified,
+            tuple(self.walk_truncated),
+        )

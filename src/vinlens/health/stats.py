@@ -19,6 +19,7 @@ from vinlens.health.summaries import (
     check_model,
     floating_tensors,
     labelled_modules,
+    reducible,
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
@@ -82,7 +83,7 @@ class ActivationAccumulator:
         if accumulator is None:
             accumulator = self._modules[module_path] = SummaryAccumulator()
         for _, tensor in floating_tensors(value, "output"):
-            accumulator.merge(self._cache.moments(tensor))
+            accumulator.merge(self._cache.moments(reducible(tensor)))
         return self
 
     def merge(self, other: ActivationAccumulator) -> ActivationAccumulator:

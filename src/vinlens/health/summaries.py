@@ -8,7 +8,7 @@ this package; they are public within :mod:`vinlens.health` (not re-exported).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "floating_tensors",
     "input_tensors",
     "labelled_modules",
+    "reducible",
     "summarizable",
     "tensor_traces",
 ]
@@ -60,14 +61,27 @@ class TensorTrace:
     summary: TensorSummary
 
 
-def floating_tensors(value: object, root: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(path, tensor) for the real floating dense tensors in a bounded walk of ``value``."""
+def floating_tensors(
+    value: object,
+    root: str,
+    *,
+    complex_too: bool = False,
+    truncated: Callable[[], None] | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for the real floating dense tensors in a bounded walk of ``value``.
+
+    ``complex_too`` adds complex dense tensors (reduce them through :func:`reducible`).
+    ``truncated()`` is called when the walk limits (:data:`MAX_WALK_NODES`,
+    :data:`MAX_WALK_DEPTH`) leave part of ``value`` unvisited.
+    """
     if isinstance(value, torch.Tensor):  # the common module output: no walk
-        if summarizable(value):
+        if summarizable(value) or (complex_too and _dense_complex(value)):
             yield root, value
         return
-    for path, tensor in walk_tensors(((root, value),), MAX_WALK_NODES, MAX_WALK_DEPTH):
-        if summarizable(tensor):
+    for path, tensor in walk_tensors(
+        ((root, value),), MAX_WALK_NODES, MAX_WALK_DEPTH, on_limit=truncated
+    ):
+        if summarizable(tensor) or (complex_too and _dense_complex(tensor)):
             yield path, tensor
 
 
@@ -79,6 +93,45 @@ def summarizable(tensor: torch.Tensor) -> bool:
         and not tensor.is_meta
         and not tensor.is_nested
     )
+
+
+def _dense_complex(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.is_complex()
+        and tensor.layout == torch.strided
+        and not tensor.is_meta
+        and not tensor.is_nested
+    )
+
+
+# float8 formats have no reductions in torch; float16 holds every value of these exactly
+# (their largest finite value is at most 57,344 and their smallest subnormal 2**-17).
+_FLOAT8_IN_FLOAT16 = frozenset(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)
+# An exponent-only format spanning 2**-127 .. 2**127: float32 holds it exactly.
+_FLOAT8_IN_FLOAT32 = frozenset(
+    getattr(torch, name) for name in ("float8_e8m0fnu",) if hasattr(torch, name)
+)
+
+
+def reducible(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as a real floating tensor torch can reduce, with the same values.
+
+    A complex tensor is viewed as its real and imaginary parts (``view_as_real``; a
+    NaN or infinity in either part is one in the result); a float8 tensor is widened
+    to float16 (float32 for ``float8_e8m0fnu``), exactly. Others are returned as they
+    are.
+    """
+    if tensor.is_complex():
+        return torch.view_as_real(tensor.resolve_conj())
+    if tensor.dtype in _FLOAT8_IN_FLOAT16:
+        return tensor.detach().to(torch.float16)
+    if tensor.dtype in _FLOAT8_IN_FLOAT32:
+        return tensor.detach().to(torch.float32)
+    return tensor
 
 
 def check_model(model: object, name: str = "model") -> nn.Module:
@@ -119,14 +172,23 @@ def labelled_modules(
 def tensor_traces(cache: SummaryCache, tensors: Found) -> tuple[TensorTrace, ...]:
     """One :class:`TensorTrace` per found tensor, summaries through ``cache``."""
     return tuple(
-        TensorTrace(path, tuple(tensor.shape), str(tensor.dtype), cache.summary(tensor))
+        TensorTrace(path, tuple(tensor.shape), str(tensor.dtype), cache.summary(reducible(tensor)))
         for path, tensor in tensors
     )
 
 
-def input_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Found:
-    """The floating tensors of a call's positional and keyword inputs."""
-    found = list(floating_tensors(args, "args"))
+def input_tensors(
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    complex_too: bool = False,
+    truncated: Callable[[], None] | None = None,
+) -> Found:
+    """The floating tensors of a call's positional and keyword inputs (see
+    :func:`floating_tensors` for the keywords)."""
+    found = list(floating_tensors(args, "args", complex_too=complex_too, truncated=truncated))
     if kwargs:
-        found.extend(floating_tensors(kwargs, "kwargs"))
+        found.extend(
+            floating_tensors(kwargs, "kwargs", complex_too=complex_too, truncated=truncated)
+        )
     return found

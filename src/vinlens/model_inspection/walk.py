@@ -8,7 +8,7 @@ depth quota, so a hostile or cyclic structure costs a bounded amount of work.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeAlias
 
 import torch
@@ -29,13 +29,20 @@ def _key_repr(key: object) -> str:
 
 
 def walk_tensors(
-    roots: Iterable[tuple[str, object]], max_nodes: int, max_depth: int
+    roots: Iterable[tuple[str, object]],
+    max_nodes: int,
+    max_depth: int,
+    *,
+    on_limit: Callable[[], None] | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for the tensors in a depth-first walk of ``roots``' containers.
 
     At most ``max_nodes`` nodes (tensors and containers) are visited and containers deeper
     than ``max_depth`` edges are not opened, so a hostile or cyclic structure costs a bounded
     amount of work. Each stack entry holds lazy children and the depth they sit at.
+    ``on_limit()`` is called when a quota leaves part of the structure unvisited (nodes
+    left when the node quota ran out, or a container at the depth limit), so that a
+    caller can say its answer covers only part of the value.
     """
     nodes_left = max_nodes
     stack: list[tuple[Iterator[tuple[str, object]], int]] = [(iter(roots), 0)]
@@ -46,6 +53,8 @@ def walk_tensors(
             stack.pop()
             continue
         if nodes_left <= 0:
+            if on_limit is not None:
+                on_limit()
             return
         nodes_left -= 1
         path, value = item
@@ -53,6 +62,8 @@ def walk_tensors(
             yield path, value
             continue
         if depth >= max_depth:
+            if on_limit is not None and _children(value, path) is not None:
+                on_limit()
             continue
         grandchildren = _children(value, path)
         if grandchildren is not None:

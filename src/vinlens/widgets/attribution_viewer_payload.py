@@ -197,6 +197,7 @@ def dataset_payload(
             "kept": [sample.label for sample in record.kept],
             "baseline": record.baseline,
             "score_label": score_label,
+            "method": record.method,
             "method_label": METHOD_LABELS.get(record.method, record.method),
             "layer": layer,
             "nonfinite_maps": record.nonfinite_maps,

@@ -22,7 +22,6 @@ module picked last, wherever it was picked.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,16 +52,6 @@ def summary_columns(summaries: Sequence[Any], side: str) -> dict[str, np.ndarray
             (np.nan if s is None else float(getattr(s, name)) for s in summaries), np.float64, n
         )
     return columns
-
-
-def _most_drifted(entries: Sequence[Any]) -> Any:
-    """The call of a module whose output drifted most (NaN drift counts as most)."""
-
-    def key(entry: Any) -> float:
-        value = float(entry.relative_l2)
-        return math.inf if math.isnan(value) else value
-
-    return max(entries, key=key)
 
 
 def health_payload(
@@ -108,20 +97,21 @@ def _health_columns(
     columns["reached"] = np.zeros(n, dtype=np.bool_)
     unknown: list[str] = []
     if diff is not None:
-        by_path: dict[str, list[Any]] = {}
+        calls: dict[str, int] = {}
         for entry in diff.modules:
-            by_path.setdefault(entry.module_path, []).append(entry)
-        for path, entries in by_path.items():
+            calls[entry.module_path] = calls.get(entry.module_path, 0) + 1
+        best = {entry.module_path: entry for entry in diff.most_drifted()}
+        for path in calls:  # execution order of each path's first call
             row = index.get(path)
             if row is None:
                 unknown.append(path)
                 continue
-            entry = _most_drifted(entries)
+            entry = best[path]
             summaries["a"][row] = entry.summary_a
             summaries["b"][row] = entry.summary_b
             for name in DRIFT_FIELDS:
                 columns[name][row] = float(getattr(entry, name))
-            columns["calls"][row] = len(entries)
+            columns["calls"][row] = calls[path]
     if stats is not None:
         for path, summary in stats.modules.items():
             row = index.get(path)

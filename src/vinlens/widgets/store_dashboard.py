@@ -45,6 +45,7 @@ from vinlens.store.diagnostics import (
     inspect_vin_offline_dataset_stats_with_progress,
     rri_component_correlations,
     rri_pair_arrays,
+    scan_scope,
 )
 from vinlens.store.format import (
     StoreNotFoundError,
@@ -208,6 +209,7 @@ def dashboard_payload(
         "version": int(stats.version),
         "num_samples": int(stats.num_samples),
         "sampled_samples": int(stats.sampled_samples),
+        "scan_scope": scan_scope(stats),
         "num_scenes": int(stats.num_scenes),
         "num_snippets": int(stats.num_snippets),
         "numeric_bytes": int(stats.numeric_bytes),
@@ -466,7 +468,7 @@ def _static_html(widget: StoreDashboardWidget) -> str:
         ("Path", stats.store_dir),
         ("Format version", stats.version),
         ("Generation digest", request.digest()),
-        ("Samples", f"{stats.num_samples:,} ({stats.sampled_samples:,} sampled)"),
+        ("Samples", f"{stats.num_samples:,} ({scan_scope(stats)})"),
         ("Scenes", f"{stats.num_scenes:,}"),
         ("Snippets", f"{stats.num_snippets:,}"),
         ("Splits", ", ".join(f"{k} {v:,}" for k, v in stats.split_counts.items()) or "none"),

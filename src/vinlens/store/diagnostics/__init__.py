@@ -90,7 +90,7 @@ from vinlens.store.diagnostics.correlation import (
     rri_component_correlations,
     rri_pair_arrays,
 )
-from vinlens.store.diagnostics.problems import PROBLEM_SEVERITIES, dashboard_problems
+from vinlens.store.diagnostics.problems import PROBLEM_SEVERITIES, dashboard_problems, scan_scope
 from vinlens.store.diagnostics.records import (
     MAX_HISTOGRAM_VALUES,
     MAX_LISTED_SAMPLE_KEYS,
@@ -146,5 +146,6 @@ __all__ = [
     "rri_component_correlations",
     "rri_pair_arrays",
     "run_shard_task",
+    "scan_scope",
     "select_vin_offline_sample_indices",
 ]

@@ -10,7 +10,7 @@ from vinlens.store.diagnostics.correlation import pearson_r
 from vinlens.store.diagnostics.records import VinOfflineDatasetStats
 
 # pearson_r lives in correlation; it stays importable from here as before.
-__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r"]
+__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r", "scan_scope"]
 
 #: Severities, most severe first.
 PROBLEM_SEVERITIES = ("error", "warning", "notice")
@@ -19,15 +19,29 @@ PROBLEM_SEVERITIES = ("error", "warning", "notice")
 _LISTED_KEYS = 5
 
 
+def scan_scope(stats: VinOfflineDatasetStats) -> str:
+    """Which rows the numbers come from, in words: "all 288 rows scanned" when every row
+    was read, else "512 of 10,000 rows sampled" (the rows actually read, never the cap)."""
+    scanned, total = int(stats.sampled_samples), int(stats.num_samples)
+    if scanned >= total:
+        return f"all {total:,} {_rows(total)} scanned"
+    return f"{scanned:,} of {total:,} {_rows(total)} sampled"
+
+
+def _rows(n: int) -> str:
+    return "row" if n == 1 else "rows"
+
+
 def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
     """Problems of one statistics record as ``{"severity", "title", "detail"}``, most severe first.
 
     Errors are the integrity findings (missing chunks, mismatched blocks, refused
     chunks, unreadable records, non-finite values, ...). Warnings and notices are facts a
-    user should not overlook in the other numbers: a warning for sampled samples without
-    any valid candidate; notices for labelled samples that cannot be paired by candidate
-    identity and for a store without scene supervision. Within a severity, the order is
-    the record's.
+    user should not overlook in the other numbers: a warning for rows without any valid
+    candidate; notices for labelled rows that cannot be paired by candidate identity and
+    for a store without scene supervision. Counts are of the rows read, and each title
+    says which rows those are (:func:`scan_scope`). Within a severity, the order is the
+    record's.
     """
     problems: list[dict[str, str]] = []
     for problem in stats.integrity_problems:
@@ -45,7 +59,8 @@ def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
         problems.append(
             {
                 "severity": "warning",
-                "title": f"{len(no_valid)} sampled sample(s) without any valid candidate",
+                "title": f"{len(no_valid):,} {_rows(len(no_valid))} without any valid candidate "
+                f"({scan_scope(stats)})",
                 "detail": shown,
             }
         )
@@ -56,7 +71,8 @@ def dashboard_problems(stats: VinOfflineDatasetStats) -> list[dict[str, str]]:
         problems.append(
             {
                 "severity": "notice",
-                "title": f"{unpaired} sampled labelled sample(s) lack candidate IDs",
+                "title": f"{unpaired:,} labelled {_rows(unpaired)} without candidate IDs "
+                f"({scan_scope(stats)})",
                 "detail": "RRI/component pairs exclude them; their marginal histograms still "
                 "count them.",
             }
