@@ -389,3 +389,24 @@ def test_nonfinite_values_are_problems_of_their_store(
         ("NonFiniteValues", "candidate_poses")
     ]
     assert os.fspath(b) in (result.problems_b[0].path or "")
+
+
+def test_cli_compares_a_local_store_with_one_on_s3(
+    s3_server: S3Server, store_a: Path, store_rri: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from vinlens.cli import main
+
+    url = s3_server.upload(store_rri, "compare/cli-rri")
+    endpoint = s3_server.storage_options["client_kwargs"]["endpoint_url"]
+    argv = ["store", "compare", str(store_a), url, "--all", "--json"]
+    assert main([*argv, "--storage-option", f"client_kwargs.endpoint_url={endpoint}"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["store_b"] == url
+    local = compare_vin_offline_stores(store_a, store_rri, max_samples=None)
+    ranked = sorted(record["fields"], key=lambda f: -(f["js_distance"] or 0))
+    assert ranked[0]["name"] == "rri"
+    assert {f["name"]: f["ks_statistic"] for f in record["fields"]} == {
+        f.name: f.ks_statistic for f in local.fields
+    }

@@ -94,6 +94,7 @@ def _float32_midpoints() -> np.ndarray:
 class _Table:
     values: np.ndarray  # float64 per bin index; NaN where the bin holds no finite value
     order: np.ndarray  # finite bin indices sorted by value (stable)
+    nonfinite: np.ndarray  # bin indices of infinities and NaNs
 
 
 _TABLES: dict[str, _Table] = {}
@@ -106,7 +107,7 @@ def _table(kind: str) -> _Table:
         values = _float16_values() if kind == FLOAT16 else _float32_midpoints()
         finite = np.flatnonzero(np.isfinite(values))
         order = finite[np.argsort(values[finite], kind="stable")]
-        table = _TABLES[kind] = _Table(values, order)
+        table = _TABLES[kind] = _Table(values, order, np.flatnonzero(~np.isfinite(values)))
     return table
 
 
@@ -171,8 +172,7 @@ class FieldHistogram:
             self._add(counts)
             return nonfinite
         self._add(counts)
-        bad = np.isnan(_table(FLOAT16).values)
-        return int(counts[bad].sum())
+        return int(counts[_table(FLOAT16).nonfinite].sum())
 
     def _add(self, counts: np.ndarray) -> None:
         if self.counts is None:

@@ -38,6 +38,7 @@ from vinlens.store.format import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
     BlockKind,
+    StoreReplacedError,
     VinOfflineStoreConfig,
     VinOfflineStoreError,
 )
@@ -383,12 +384,16 @@ class _ShardScan:
                         lengths.append(int(points.shape[0]))
                         bad += int(points.size - np.count_nonzero(np.isfinite(points)))
                         row = r + 1
+                except StoreReplacedError:
+                    raise  # the file changed under the scan: never one row's damage
                 except VinOfflineStoreError:
                     # Isolate the bad record, keep every readable one.
                     try:
                         points = self.reader.read_vin_points(plan.shard_id, row)
                         lengths.append(int(points.shape[0]))
                         bad += int(points.size - np.count_nonzero(np.isfinite(points)))
+                    except StoreReplacedError:
+                        raise
                     except VinOfflineStoreError as exc:
                         self.partial.integrity.unreadable_record(
                             plan.shard_id, _problem(plan.shard_id, "vin_points", exc)
