@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 from vinlens.cli import main
 from vinlens.demo.data import ensure_demo_data
-from vinlens.demo.launch import lab_command, lab_environment
+from vinlens.demo.launch import lab_command, lab_environment, plain_text
 from vinlens.demo.notebooks import (
     NOTEBOOKS,
     TOUR_NOTEBOOK,
@@ -152,6 +152,43 @@ def test_vinlens_demo_check_fails_when_a_cell_fails(demo_dir: Path, tmp_path: Pa
     nbformat.write(nb, str(tour))
     (broken / "data").symlink_to(demo_dir / "data")  # so preparing the demo makes nothing
     assert main(["demo", "--dir", str(broken), "--check"]) == 1
+
+
+def test_check_errors_are_plain_text_without_terminal_colours(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert plain_text("\x1b[0;31mValueError\x1b[0m: x\x1b[1;32m y\x1b[K") == "ValueError: x y"
+    broken = tmp_path / "colours"
+    broken.mkdir()
+    write_notebooks(broken)
+    tour = broken / TOUR_NOTEBOOK
+    nb = nbformat.read(tour, as_version=4)
+    # A coloured traceback, as an IPython kernel with colours on sends it.
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%colors linux\nraise RuntimeError('planted')"))
+    nbformat.write(nb, str(tour))
+    (broken / "data").symlink_to(demo_dir / "data")
+    assert main(["demo", "--dir", str(broken), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError" in err and "planted" in err
+    assert "\x1b" not in err, err
+
+
+def test_lab_keeps_websocket_settings_tornado_accepts():
+    """jupyter_server's default ping timeout (90 s) exceeds its interval (30 s), which tornado
+    warns about on every kernel connection; the demo turns the pings off."""
+    from jupyter_server.base.websocket import WebSocketMixin
+    from jupyter_server.serverapp import ServerApp
+
+    cmd = lab_command(Path("/srv/demo"), port=8888, open_browser=False)
+    app = ServerApp()
+    app.parse_command_line([a for a in cmd[3:] if a.startswith("--ServerApp.tornado_settings")])
+
+    class Handler(WebSocketMixin):
+        settings = app.tornado_settings
+
+    interval, timeout = Handler().ping_interval, Handler().ping_timeout
+    # tornado's own rule (WebSocketProtocol13.ping_timeout): no interval, or timeout <= it.
+    assert not interval or timeout <= interval, (interval, timeout)
 
 
 def test_lab_gets_its_token_from_the_environment_not_argv():

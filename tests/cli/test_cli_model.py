@@ -171,3 +171,37 @@ def test_capture_runs_in_eval_mode_unless_train_is_given(
     assert "eval mode (dropout off; --train to capture in train mode)" in out
     assert main(["model", "nn.Dropout", "--input-shape", "2,3", "--train"]) == 0
     assert "train mode (dropout active; from --train)" in capsys.readouterr().out
+
+
+def test_missing_constructor_arguments_are_named_with_the_arg_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["model", "torch.nn.Linear"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "pass them with --arg, e.g. --arg in_features=VALUE --arg out_features=VALUE" in err
+    assert main(["model", "nn.Linear", "--arg", "in_features=2"]) == 1
+    err = capsys.readouterr().err
+    assert "--arg out_features=VALUE" in err and "--arg in_features" not in err
+
+
+def test_an_extension_built_for_another_torch_is_said_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def import_module(name: str, package: str | None = None):  # type: ignore[no-untyped-def]
+        # What a torchvision wheel built for a CUDA torch does next to the CPU torch.
+        if name == "torchvision.models":
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    assert main(["model", "torchvision.models.resnet18"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert "operator torchvision::nms does not exist" in err
+    assert f"built for another torch than the installed torch {torch.__version__}" in err
+    assert "install the torchvision release built for" in err

@@ -83,6 +83,16 @@ def _resolve(target: str) -> object:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {error}") from error
+    except RuntimeError as error:
+        # A compiled extension built for another torch (e.g. a torchvision wheel for a CUDA
+        # torch next to the CPU one) fails at import with "operator torchvision::nms does
+        # not exist", which names neither package nor the mismatch.
+        if "operator" not in str(error) or "does not exist" not in str(error):
+            raise
+        raise ValueError(
+            f"cannot import {module_name!r} for TARGET {target!r}: {error}; "
+            f"{_extension_mismatch(module_name)}"
+        ) from error
     missing = object()
     obj = getattr(module, name, missing)
     if obj is missing:
@@ -90,6 +100,44 @@ def _resolve(target: str) -> object:
             f"TARGET {target!r} does not exist: module {module_name!r} has no name {name!r}"
         )
     return obj
+
+
+def _extension_mismatch(module_name: str) -> str:
+    """One sentence naming the package whose compiled ops do not match the installed torch."""
+    from importlib import metadata
+
+    import torch
+
+    package = module_name.partition(".")[0]
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = "?"
+    return (
+        f"{package} {version} was built for another torch than the installed "
+        f"torch {torch.__version__} (CPU or CUDA build, or release); install the {package} "
+        f"release built for torch {torch.__version__} from the same index as torch"
+    )
+
+
+def _missing_arguments_hint(cls: type, kwargs: dict[str, Any]) -> str:
+    """``; pass them with --arg ...`` for required constructor parameters not given."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    missing = [
+        p.name
+        for p in parameters
+        if p.kind in kinds and p.default is inspect.Parameter.empty and p.name not in kwargs
+    ]
+    if not missing:
+        return ""
+    example = " ".join(f"--arg {name}=VALUE" for name in missing)
+    return f"; pass them with --arg, e.g. {example}"
 
 
 def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
@@ -111,7 +159,8 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
             warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
             return cls(**kwargs)
     except TypeError as error:
-        raise ValueError(f"cannot construct {target} with {kwargs}: {error}") from error
+        hint = _missing_arguments_hint(cls, kwargs)
+        raise ValueError(f"cannot construct {target} with {kwargs}: {error}{hint}") from error
 
 
 def _leaf_input(module: nn.Module, batch: int, seq_len: int) -> tuple[torch.Tensor, ...] | None:

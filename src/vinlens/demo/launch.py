@@ -8,7 +8,9 @@ user can read a process's arguments (``ps``), only its owner can read its enviro
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -21,7 +23,18 @@ from typing import NoReturn
 from vinlens.demo.data import DemoData, ensure_demo_data
 from vinlens.demo.notebooks import TOUR_NOTEBOOK, write_notebooks
 
-__all__ = ["check_notebook", "lab_command", "lab_environment", "prepare_demo", "run_lab"]
+__all__ = [
+    "LAB_TORNADO_SETTINGS",
+    "check_notebook",
+    "lab_command",
+    "lab_environment",
+    "plain_text",
+    "prepare_demo",
+    "run_lab",
+]
+
+LAB_TORNADO_SETTINGS: dict[str, int] = {"ws_ping_interval": 0}
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 def prepare_demo(root: str | os.PathLike[str] | None = None) -> DemoData:
@@ -52,6 +65,12 @@ def lab_command(root: Path, *, port: int, open_browser: bool) -> list[str]:
         "--ServerApp.port_retries=0",
         f"--ServerApp.open_browser={open_browser}",
         f"--LabApp.default_url=/lab/tree/{TOUR_NOTEBOOK}",
+        # jupyter_server's websocket keep-alive defaults to a 30 s ping with a 90 s timeout,
+        # which tornado >= 6.5 refuses ("websocket_ping_timeout (90000) cannot be longer
+        # than the websocket_ping_interval (30000)") on every kernel connection; a timeout
+        # equal to the interval would make jupyter_server close sockets whose pong came a
+        # little late. On loopback no proxy drops idle sockets, so the demo sends no pings.
+        f"--ServerApp.tornado_settings={json.dumps(LAB_TORNADO_SETTINGS)}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # containers often run as root; auth stays on
@@ -80,6 +99,11 @@ def run_lab(data: DemoData, *, port: int | None = None, open_browser: bool = Tru
     os.execve(cmd[0], cmd, lab_environment(token))
 
 
+def plain_text(text: str) -> str:
+    """``text`` without ANSI escape sequences (colours, cursor moves)."""
+    return _ANSI.sub("", text)
+
+
 def check_notebook(path: Path, *, timeout: int = 600) -> int:
     """Run a notebook headless (nbclient); 0 when every cell ran, 1 otherwise.
 
@@ -99,7 +123,12 @@ def check_notebook(path: Path, *, timeout: int = 600) -> int:
         try:
             client.execute()
         except CellExecutionError as exc:
-            print(f"vinlens demo --check: {path.name} failed:\n{exc}", file=sys.stderr)
+            # Tracebacks from the kernel carry terminal colour codes; a log or CI page shows
+            # them as garbage.
+            print(
+                f"vinlens demo --check: {path.name} failed:\n{plain_text(str(exc))}",
+                file=sys.stderr,
+            )
             return 1
     cells = sum(1 for c in nb.cells if c.cell_type == "code")
     print(

@@ -91,7 +91,14 @@ TOUR: list[_Cell] = [
         "                                limits=CaptureLimits(max_tensors=32))\n"
         "browser",
     ),
-    ("code", "snapshots = browser.capture()\nbrowser.to_dataframe().head()"),
+    (
+        "code",
+        "snapshots = browser.capture()\n"
+        "try:\n"
+        "    display(browser.to_dataframe().head())\n"
+        "except ImportError as missing:  # pandas comes with the optional vinlens[export] extra\n"
+        "    print(missing)",
+    ),
     ("code", "browser.export('snapshots.csv')\nprint(open('snapshots.csv').read()[:400])"),
     (
         "md",
@@ -277,7 +284,14 @@ MODEL_INSPECTION: list[_Cell] = [
         "for s in cap.snapshots:\n"
         "    print(s.module_path, s.call_index, s.direction, s.tensor_path, s.shape, s.values)",
     ),
-    ("code", "from vinlens.export import to_dataframe\n\nto_dataframe(cap.snapshots).head()"),
+    (
+        "code",
+        "from vinlens.export import to_dataframe\n\n"
+        "try:\n"
+        "    display(to_dataframe(cap.snapshots).head())\n"
+        "except ImportError as missing:  # pandas comes with the optional vinlens[export] extra\n"
+        "    print(missing)",
+    ),
 ]
 
 STORE_DIAGNOSTICS: list[_Cell] = [

@@ -416,21 +416,22 @@ _BMM_CHUNK = 1 << 16
 
 
 def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
-    """``sum(x * x)`` as a float64 scalar tensor, accurate for tens of millions of float32s.
+    """``sum(x * x)`` as a scalar tensor, accurate for tens of millions of float32s.
 
     One float32 accumulator (a BLAS ``sdot``, or ``vector_norm`` on a strided view) loses
     ~1e-4 to 1e-2 of the sum at tens of millions of elements. On the CPU, float32 input
     is cut into chunks whose float32 dot products are added in float64 (one batched
     matmul for large tensors; no temporary but the partials); a strided view goes
     through one reused buffer of at most :data:`BLOCK_ELEMENTS` elements. Float64 input,
-    and devices (whose reductions are trees), keep one reduction.
+    and devices (whose reductions are trees), keep one reduction. The result is float64
+    where partials were added, else of the tensor's dtype (callers widen it).
     """
     if tensor.dtype == torch.float64 or tensor.device.type != "cpu":
         if tensor.is_contiguous():
             flat = tensor.view(-1)
-            return torch.dot(flat, flat).to(torch.float64)
+            return torch.dot(flat, flat)
         squares: torch.Tensor = torch.linalg.vector_norm(tensor).square()
-        return squares.to(torch.float64)
+        return squares
     if tensor.is_contiguous():
         return _chunked_squares(tensor.view(-1))
     limit = min(BLOCK_ELEMENTS, tensor.numel())
@@ -447,7 +448,7 @@ def _chunked_squares(flat: torch.Tensor) -> torch.Tensor:
     """Sum of squares of a contiguous 1-d CPU tensor: float32 chunks, added in float64."""
     n = flat.numel()
     if n <= _DOT_CHUNK:
-        return torch.dot(flat, flat).to(torch.float64)
+        return torch.dot(flat, flat)
     # A matmul allowed to drop precision (bf16/tf32 settings) would not be accurate enough.
     if n >= _BMM_ELEMENTS and torch.get_float32_matmul_precision() == "highest":
         chunks = n // _BMM_CHUNK

@@ -30,7 +30,10 @@ __all__ = [
     "DEFAULT_S3_OPTIONS",
     "REQUEST_DEADLINE_S",
     "S3FS_RETRIES",
+    "S3_EXTRA_MINIMUMS",
     "FsspecStoreAccess",
+    "check_extra_versions",
+    "installed_version",
 ]
 
 _T = TypeVar("_T")
@@ -47,8 +50,8 @@ DEFAULT_S3_OPTIONS: dict[str, Any] = {
         "retries": {"max_attempts": 3, "mode": "standard"},
     },
 }
-#: s3fs's own retry loop on top of botocore's; worst case of one request:
-#: S3FS_RETRIES x max_attempts x (connect + read timeout) = 45 s.
+#: s3fs's own retry loop on top of botocore's (the connect/read timeouts bound each
+#: socket wait only; :data:`REQUEST_DEADLINE_S` bounds the whole request).
 S3FS_RETRIES = 1
 #: Total deadline of one request in seconds (connect, every byte, botocore's retries):
 #: connect/read timeouts alone never end a request whose endpoint trickles bytes.
@@ -59,8 +62,12 @@ def _to_ns(value: Any) -> int:
     """Nanoseconds since the epoch of an fsspec ``info`` timestamp (datetime, number or text)."""
     if isinstance(value, datetime):
         return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value * 1_000_000_000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1_000_000_000
+    if isinstance(value, float):
+        # Microseconds, as for a datetime: one filesystem may report the same time as a
+        # float in one call and a datetime in another (memory://), and both must agree.
+        return round(value * 1_000_000) * 1000
     if isinstance(value, str) and value:
         with contextlib.suppress(ValueError):
             return _to_ns(datetime.fromisoformat(value.replace("Z", "+00:00")))
@@ -76,6 +83,64 @@ def _missing_extra(url: str, protocol: str, exc: BaseException) -> ImportError:
         f"{url}: the fsspec backend for {protocol}:// is not installed ({exc}); "
         "install it (for S3: pip install 'vinlens[s3]')"
     )
+
+
+#: The oldest releases the ``s3`` extra accepts (``pyproject.toml``: ``vinlens[s3]``). Older
+#: ones fail in ways that blame the store: s3fs 0.4 breaks inside every zarr read and its
+#: listing cache hides a newly uploaded store.
+S3_EXTRA_MINIMUMS: dict[str, str] = {"fsspec": "2024.6", "s3fs": "2024.6"}
+_checked_versions: set[str] = set()
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (``None`` when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string ("2024.6.1rc1" -> (2024, 6, 1))."""
+    parts: list[int] = []
+    for piece in version.split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+def check_extra_versions(url: str, protocol: str) -> None:
+    """Refuse an fsspec / s3fs older than the ``s3`` extra requires, naming the fix.
+
+    Runs at the first remote access of each protocol in a process (the answer cannot
+    change while it runs), before any request is made.
+    """
+    if protocol in _checked_versions:
+        return
+    names = ("fsspec", "s3fs") if protocol in ("s3", "s3a") else ("fsspec",)
+    too_old = []
+    for name in names:
+        found = installed_version(name)
+        wanted = S3_EXTRA_MINIMUMS[name]
+        if found is not None and _release(found) < _release(wanted):
+            too_old.append(f"{name} {found} (needs >= {wanted})")
+    if too_old:
+        raise ImportError(
+            f"{url}: {', '.join(too_old)} is older than vinlens supports for {protocol}:// "
+            "URLs; reads would fail inside it and be blamed on the store. Upgrade with: "
+            "pip install -U 'vinlens[s3]'"
+        )
+    _checked_versions.add(protocol)
 
 
 def _with_defaults(protocol: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -96,6 +161,7 @@ def _filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[An
         import fsspec
     except ImportError as exc:
         raise _missing_extra(url, protocol, exc) from exc
+    check_extra_versions(url, protocol)
     try:
         fs_class = fsspec.get_filesystem_class(protocol)
     except ValueError:

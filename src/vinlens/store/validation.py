@@ -25,6 +25,7 @@ class StoreChecks(ZarrBlockReads, RecordBlockReads):
             block = self._open_zarr(shard_id, spec.name)
             if not block.status.complete:
                 self._raise_missing(block, 0, spec.num_rows)
+            self._check_chunk_sizes(block)
         else:
             self._open_records(shard_id, spec.name)
 

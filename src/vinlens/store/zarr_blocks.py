@@ -243,9 +243,7 @@ class ZarrBlockReads(ReaderCore):
         if start < stop:
             # zarr opens chunk files itself: refuse directories and special files first (a
             # FIFO would block the open, a device has size 0 and endless bytes).
-            expected = None
-            if block.meta.stored_dtype is not None:
-                expected = math.prod(block.meta.chunk_shape) * block.meta.stored_dtype.itemsize
+            expected = self._raw_chunk_bytes(block)
             rc = block.row_chunk
             for r in range(start // rc, (stop - 1) // rc + 1):
                 for inner in self._inner_coords(block.meta):
@@ -319,6 +317,37 @@ class ZarrBlockReads(ReaderCore):
             path=self.access.describe(rel),
             expected="the chunk files the listing saw (a published store does not change)",
         )
+
+    @staticmethod
+    def _raw_chunk_bytes(block: ZarrBlock) -> int | None:
+        """Bytes of every chunk file of an uncompressed layout (``None``: encoded chunks)."""
+        stored = block.meta.stored_dtype
+        return None if stored is None else math.prod(block.meta.chunk_shape) * stored.itemsize
+
+    def _check_chunk_sizes(self, block: ZarrBlock) -> None:
+        """The size rule every read applies, over every listed chunk; raises the first breach.
+
+        :meth:`validate` and :meth:`integrity_problems` use it, so they report exactly the
+        uncompressed chunks that :meth:`read_rows`, :meth:`read_window` and the statistics
+        refuse. Decided from the block's listing: no chunk file is opened.
+        """
+        size = self._raw_chunk_bytes(block)
+        if size is None:
+            return
+        bad = [rel for rel, st in block.pins.items() if st.is_dir or st.size != size]
+        if not bad:
+            return
+        meta = block.meta
+        counts = [-(-n // c) for n, c in zip(meta.shape, meta.chunk_shape, strict=True)]
+        prefix = f"{block.path}/"
+
+        def grid_order(rel: str) -> tuple[int, ...]:
+            return meta.decode_key(rel[len(prefix) :], counts) or ()
+
+        rel = min(bad, key=grid_order)
+        first = grid_order(rel)[0] if grid_order(rel) else 0
+        rows = (first * block.row_chunk, min((first + 1) * block.row_chunk, block.spec.num_rows))
+        self._check_chunk_file(rel, size, block, rows)
 
     def _check_chunk_file(
         self, rel: str, size: int | None, block: ZarrBlock, rows: tuple[int, int]

@@ -96,8 +96,14 @@ class _ShardScan:
         self.partial = StatsPartial.empty(plan.labels, plan.summary_rows)
         self.partial.shard_ids.append(plan.shard_id)
         problems = reader.integrity_problems([plan.shard_id])
-        self.partial.integrity.update(problems)
-        self.broken = {p.block for p in problems if p.kind != "MissingChunksError"}
+        # A chunk of the wrong size is refused read by read, like a missing one: the block
+        # stays usable, and the check's problem is that block's one listed refusal.
+        chunk_level = ("MissingChunksError", "CorruptChunkError")
+        for problem in problems:
+            if problem.kind == "CorruptChunkError" and problem.block is not None:
+                self.partial.integrity.refused(plan.shard_id, problem.block, problem)
+        self.partial.integrity.update(tuple(p for p in problems if p.kind != "CorruptChunkError"))
+        self.broken = {p.block for p in problems if p.kind not in chunk_level}
         sample_of_row: dict[int, int] = dict(zip(plan.rows, plan.sample_indices, strict=True))
         self.sample_of_row = sample_of_row
 
