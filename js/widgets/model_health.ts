@@ -117,9 +117,10 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
   function columns(): ModuleExtraColumn[] {
     const cols: ModuleExtraColumn[] = [
       // NaN and Inf are counted apart, so the moments are of the finite values only: say so
-      // in the header, where they stand beside a non-finite count.
-      statColumn("mh_mean", mode === "diff" ? "Mean A (finite)" : "Mean (finite)", "Mean of the finite output values (NaN and Inf left out)", (i) => rows.get("a_mean", i)),
-      statColumn("mh_std", mode === "diff" ? "Std A (finite)" : "Std (finite)", "Standard deviation of the finite output values (NaN and Inf left out)", (i) => rows.get("a_std", i)),
+      // in the header, where they stand beside a non-finite count (diff mode needs its
+      // width for the drift column; the detail and the banner say it there).
+      statColumn("mh_mean", mode === "diff" ? "Mean A" : "Mean (finite)", "Mean of the finite output values (NaN and Inf left out)", (i) => rows.get("a_mean", i)),
+      statColumn("mh_std", mode === "diff" ? "Std A" : "Std (finite)", "Standard deviation of the finite output values (NaN and Inf left out)", (i) => rows.get("a_std", i)),
       {
         key: "mh_nonfinite", label: "Non-finite", minWidth: 84, align: "right",
         title: "NaN and infinite output values",

@@ -243,7 +243,7 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
 
     def _progress(self, ctx: CommandContext, trigger: str, step: str) -> Callable[[int, int], None]:
         def report(done: int, total: int) -> None:
-            self.acquisition = self._acq.running(ctx, trigger, step, done, total)
+            self._acq.publish_running(ctx, trigger, step, done, total)
             ctx.progress(done, total)  # raises CommandCancelled between two tars
 
         return report
