@@ -55,3 +55,21 @@ def test_store_format_doc_keeps_the_normative_spec():
         "## Generation and request digest",
     ]:
         assert heading in doc
+
+
+def test_architecture_import_graph_is_current():
+    spec = importlib.util.spec_from_file_location(
+        "gen_import_graph", REPO / "scripts" / "gen_import_graph.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = (REPO / "docs" / "architecture.md").read_text()
+    assert module.updated(committed, module.render(module.graph())) == committed, (
+        "the import graph in docs/architecture.md is stale: run "
+        "`.venv/bin/python scripts/gen_import_graph.py`"
+    )
+    # The bottom modules import no other vinlens unit: every engine may build on them.
+    edges = module.graph()
+    assert edges["vinlens.operations"] == set()
+    assert edges["vinlens.hooks"] == set()
