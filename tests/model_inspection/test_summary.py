@@ -310,3 +310,26 @@ def test_capture_on_cuda_summarizes_on_the_device() -> None:
     out = next(s for s in capture.snapshots if s.module_path == "1" and s.direction == "output")
     assert out.device.startswith("cuda") and out.summary is not None
     assert_summary_close(out.summary, reference(model(x).cpu()))
+
+
+def test_update_value_equals_the_summary_of_a_tensor_of_those_values() -> None:
+    values = [0.5, -2.0, 0.0, math.nan, 3.25, math.inf, -math.inf, 1e-3, 0.0]
+    acc = SummaryAccumulator()
+    for value in values:
+        acc.update_value(value)
+    expected = summarize_tensor(torch.tensor(values, dtype=torch.float64))
+    got = acc.finish()
+    assert (got.count, got.nan_count, got.posinf_count, got.neginf_count) == (
+        expected.count,
+        expected.nan_count,
+        expected.posinf_count,
+        expected.neginf_count,
+    )
+    assert (got.min, got.max, got.abs_max, got.zero_fraction) == (
+        expected.min,
+        expected.max,
+        expected.abs_max,
+        expected.zero_fraction,
+    )
+    assert got.mean == pytest.approx(expected.mean, rel=1e-12)
+    assert got.std == pytest.approx(expected.std, rel=1e-12)

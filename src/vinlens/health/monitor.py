@@ -30,7 +30,6 @@ from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
-from vinlens.operations import chan_merge
 
 __all__ = [
     "HISTORY_SAMPLES",
@@ -174,72 +173,6 @@ class HistoryMatrix:
     values: np.ndarray[Any, np.dtype[np.float64]]
 
 
-class _NormMoments:
-    """Moments of one module's gradient norms over the sampled steps (Python floats)."""
-
-    __slots__ = (
-        "count",
-        "finite",
-        "m2",
-        "maximum",
-        "mean",
-        "minimum",
-        "nan",
-        "neginf",
-        "posinf",
-        "zeros",
-    )
-
-    def __init__(self) -> None:
-        self.count = self.finite = self.zeros = self.nan = self.posinf = self.neginf = 0
-        self.mean = self.m2 = 0.0
-        self.minimum, self.maximum = math.inf, -math.inf
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        if math.isnan(value):
-            self.nan += 1
-        elif math.isinf(value):
-            if value > 0:
-                self.posinf += 1
-            else:
-                self.neginf += 1
-        else:
-            self.mean, self.m2 = chan_merge(self.finite, self.mean, self.m2, 1, value, 0.0)
-            self.finite += 1
-            self.zeros += value == 0.0
-            self.minimum = min(self.minimum, value)
-            self.maximum = max(self.maximum, value)
-
-    def merge(self, other: _NormMoments) -> None:
-        self.mean, self.m2 = chan_merge(
-            self.finite, self.mean, self.m2, other.finite, other.mean, other.m2
-        )
-        for name in ("count", "finite", "zeros", "nan", "posinf", "neginf"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.minimum = min(self.minimum, other.minimum)
-        self.maximum = max(self.maximum, other.maximum)
-
-    def summary(self) -> TensorSummary:
-        if self.finite == 0:
-            nan = math.nan
-            return TensorSummary(
-                self.count, nan, nan, nan, nan, nan, nan, self.nan, self.posinf, self.neginf
-            )
-        return TensorSummary(
-            count=self.count,
-            mean=self.mean,
-            std=math.sqrt(max(self.m2, 0.0) / self.finite),
-            min=self.minimum,
-            max=self.maximum,
-            abs_max=max(abs(self.minimum), abs(self.maximum)),
-            zero_fraction=self.zeros / self.finite,
-            nan_count=self.nan,
-            posinf_count=self.posinf,
-            neginf_count=self.neginf,
-        )
-
-
 @dataclass(frozen=True)
 class ModuleTotals:
     """One module over every sampled step of a run (those that left the ring included).
@@ -264,14 +197,14 @@ class MonitorTotals:
     def __init__(self, module_paths: Sequence[str]) -> None:
         self.module_paths = tuple(module_paths)
         self.outputs = ActivationAccumulator()
-        self.grad_norms = [_NormMoments() for _ in self.module_paths]
+        self.grad_norms = [SummaryAccumulator() for _ in self.module_paths]
         self.samples = 0
 
     def update(self, sample: tuple[ActivationAccumulator, Sequence[float]]) -> MonitorTotals:
         outputs, norms = sample
         self.outputs.merge(outputs)
         for moments, norm in zip(self.grad_norms, norms, strict=True):
-            moments.add(norm)
+            moments.update_value(norm)
         self.samples += 1
         return self
 
@@ -291,7 +224,7 @@ class MonitorTotals:
         empty = SummaryAccumulator().finish()
         return types.MappingProxyType(
             {
-                path: ModuleTotals(outputs.get(path, empty), moments.summary())
+                path: ModuleTotals(outputs.get(path, empty), moments.finish())
                 for path, moments in zip(self.module_paths, self.grad_norms, strict=True)
             }
         )

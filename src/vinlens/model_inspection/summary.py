@@ -182,6 +182,23 @@ class SummaryAccumulator:
             neginf_count=self.neginf,
         )
 
+    def update_value(self, value: float) -> SummaryAccumulator:
+        """Add one Python number (a norm, a loss); returns ``self``. Same rules as ``update``."""
+        self.count += 1
+        if math.isnan(value):
+            self.nan += 1
+        elif math.isinf(value):
+            if value > 0:
+                self.posinf += 1
+            else:
+                self.neginf += 1
+        else:
+            self._add_moments(1, value, 0.0)
+            self.zeros += value == 0.0
+            self.minimum = min(self.minimum, value)
+            self.maximum = max(self.maximum, value)
+        return self
+
     def _add_moments(self, n_b: int, mean_b: float, m2_b: float) -> None:
         if n_b == 0:
             return

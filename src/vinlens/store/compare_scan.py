@@ -25,7 +25,7 @@ Fields counted per scanned row (the names of :class:`~vinlens.store.compare.Fiel
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +34,7 @@ from vinlens.store.compare_binning import FieldHistogram
 from vinlens.store.diagnostics.accumulators import IntegrityStats
 from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
+from vinlens.store.diagnostics.scan import contiguous_runs, row_windows, shard_problem
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
@@ -42,7 +43,7 @@ from vinlens.store.format import (
     VinOfflineStoreConfig,
     VinOfflineStoreError,
 )
-from vinlens.store.reader import StoreGeneration, StoreIntegrityProblem, VinOfflineStoreReader
+from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader
 
 __all__ = [
     "CAMERA_AXIS_MAX",
@@ -212,35 +213,6 @@ def scan_task(reader: VinOfflineStoreReader, task: CompareTask) -> ComparePartia
 # --------------------------------------------------------------------------------------
 
 
-def _windows(
-    rows: Sequence[int], row_chunk: int, row_size: int, max_bytes: int
-) -> Iterator[tuple[int, int, int, int]]:
-    """``(start, stop, i, j)``: windows of whole row chunks over sorted ``rows``."""
-    per_window = max(1, max_bytes // max(1, row_size * row_chunk)) * row_chunk
-    i = 0
-    while i < len(rows):
-        window = rows[i] // per_window
-        j = i
-        while j < len(rows) and rows[j] // per_window == window:
-            j += 1
-        yield rows[i], rows[j - 1] + 1, i, j
-        i = j
-
-
-def _runs(rows: Sequence[int]) -> Iterator[tuple[int, int]]:
-    i = 0
-    while i < len(rows):
-        j = i + 1
-        while j < len(rows) and rows[j] == rows[j - 1] + 1:
-            j += 1
-        yield rows[i], rows[j - 1] + 1
-        i = j
-
-
-def _problem(shard_id: str, block: str | None, exc: VinOfflineStoreError) -> StoreIntegrityProblem:
-    return StoreIntegrityProblem(type(exc).__name__, shard_id, block, exc.path, str(exc))
-
-
 class _ShardScan:
     def __init__(self, reader: VinOfflineStoreReader, plan: CompareShardPlan) -> None:
         self.reader = reader
@@ -260,7 +232,7 @@ class _ShardScan:
         window = self.reader.read_window(self.plan.shard_id, name, start, stop)
         for exc in window.problems:
             self.partial.integrity.refused(
-                self.plan.shard_id, name, _problem(self.plan.shard_id, name, exc)
+                self.plan.shard_id, name, shard_problem(self.plan.shard_id, name, exc)
             )
         return window.values, window.readable
 
@@ -289,7 +261,7 @@ class _ShardScan:
             spec = self.shard.block(n)
             if spec is not None and spec.dtype is not None:
                 size += int(np.prod(spec.row_shape)) * np.dtype(spec.dtype).itemsize
-        for start, stop, i, j in _windows(plan.rows, chunk, size, _WINDOW_BYTES):
+        for start, stop, i, j in row_windows(plan.rows, chunk, size, _WINDOW_BYTES):
             local = self.rows[i:j] - start
             data: dict[str, np.ndarray] = {}
             readable: dict[str, np.ndarray] = {}
@@ -352,7 +324,7 @@ class _ShardScan:
             chunk = self.reader.chunk_rows(plan.shard_id, spec.name)
             row_size = int(np.prod(shape)) * dtype.itemsize
             # One row chunk per read: raw chunks arrive as zero-copy views.
-            for start, stop, i, j in _windows(plan.rows, chunk, row_size, 0):
+            for start, stop, i, j in row_windows(plan.rows, chunk, row_size, 0):
                 values, ok = self.read(spec.name, start, stop)
                 if values is None:
                     continue
@@ -376,7 +348,7 @@ class _ShardScan:
             return
         lengths: list[int] = []
         bad = 0
-        for start, stop in _runs(plan.rows):
+        for start, stop in contiguous_runs(plan.rows):
             row = start
             while row < stop:
                 try:
@@ -396,7 +368,7 @@ class _ShardScan:
                         raise
                     except VinOfflineStoreError as exc:
                         self.partial.integrity.unreadable_record(
-                            plan.shard_id, _problem(plan.shard_id, "vin_points", exc)
+                            plan.shard_id, shard_problem(plan.shard_id, "vin_points", exc)
                         )
                     row += 1
         self.nonfinite("vin_points", bad)

@@ -50,7 +50,10 @@ class ShardPlan:
     num_candidates: int
 
 
-def _problem(shard_id: str, block: str | None, exc: VinOfflineStoreError) -> StoreIntegrityProblem:
+def shard_problem(
+    shard_id: str, block: str | None, exc: VinOfflineStoreError
+) -> StoreIntegrityProblem:
+    """``exc``, met reading ``block`` of ``shard_id``, as a listed integrity problem."""
     return StoreIntegrityProblem(type(exc).__name__, shard_id, block, exc.path, str(exc))
 
 
@@ -60,7 +63,7 @@ def row_bytes(spec: StoreBlockSpec) -> int:
     return math.prod(spec.row_shape) * np.dtype(spec.dtype).itemsize
 
 
-def _windows(
+def row_windows(
     rows: Sequence[int], row_chunk: int, row_size: int, max_bytes: int = _BATCH_BYTES
 ) -> Iterator[tuple[int, int, int, int]]:
     """``(start, stop, i, j)``: windows of whole row chunks (~``max_bytes``) over sorted ``rows``.
@@ -78,7 +81,8 @@ def _windows(
         i = j
 
 
-def _contiguous_runs(rows: Sequence[int]) -> Iterator[tuple[int, int]]:
+def contiguous_runs(rows: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each run of consecutive values in sorted ``rows``."""
     i = 0
     while i < len(rows):
         j = i + 1
@@ -115,7 +119,7 @@ class _ShardScan:
         window = self.reader.read_window(self.plan.shard_id, name, start, stop)
         for exc in window.problems:
             self.partial.integrity.refused(
-                self.plan.shard_id, name, _problem(self.plan.shard_id, name, exc)
+                self.plan.shard_id, name, shard_problem(self.plan.shard_id, name, exc)
             )
         return window.values, window.readable
 
@@ -154,7 +158,7 @@ class _ShardScan:
         size = sum(row_bytes(spec) for n in names if (spec := shard.block(n)) is not None)
         rows_array = np.asarray(plan.rows, dtype=np.int64)
         index_array = np.asarray(plan.sample_indices, dtype=np.int64)
-        for start, stop, i, j in _windows(plan.rows, window_chunk, size):
+        for start, stop, i, j in row_windows(plan.rows, window_chunk, size):
             local = rows_array[i:j] - start
             data: dict[str, np.ndarray] = {}
             readable: dict[str, np.ndarray] = {}
@@ -179,7 +183,7 @@ class _ShardScan:
             name = spec.name[len(BACKBONE_PREFIX) :]
             chunk = self.reader.chunk_rows(plan.shard_id, spec.name)
             # One row chunk per read: raw chunks arrive as zero-copy views.
-            for start, stop, i, j in _windows(plan.rows, chunk, row_bytes(spec), 0):
+            for start, stop, i, j in row_windows(plan.rows, chunk, row_bytes(spec), 0):
                 values, readable = self.read(spec.name, start, stop)
                 if values is None:
                     continue
@@ -206,7 +210,7 @@ class _ShardScan:
                 indices.append(self.sample_of_row[row])
                 nonfinite += int(points.size - np.count_nonzero(np.isfinite(points)))
 
-            for start, stop in _contiguous_runs(plan.rows):
+            for start, stop in contiguous_runs(plan.rows):
                 row = start
                 while row < stop:
                     try:
@@ -224,7 +228,7 @@ class _ShardScan:
                             raise
                         except VinOfflineStoreError as exc:
                             self.partial.integrity.unreadable_record(
-                                plan.shard_id, _problem(plan.shard_id, "vin_points", exc)
+                                plan.shard_id, shard_problem(plan.shard_id, "vin_points", exc)
                             )
                         row += 1
         self.partial.vin_points.update(
