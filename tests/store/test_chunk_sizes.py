@@ -94,3 +94,25 @@ def test_compressed_chunks_have_no_size_rule(tmp_path: Path) -> None:
     with VinOfflineStoreReader(store) as reader:
         reader.validate()
         assert reader.integrity_problems() == ()
+
+
+def test_store_compare_applies_the_same_rule_as_stats(tmp_path: Path) -> None:
+    # Both scans read through one ShardReads: the chunk is listed once and only its rows
+    # are left out, so the comparison equals one against the store without that chunk.
+    from vinlens.store import compare_vin_offline_stores
+
+    clean = _store(tmp_path / "clean")
+    store = tmp_path / "store"
+    shutil.copytree(clean, store)
+    _resize(store / CHUNK, "truncated")
+    reference = tmp_path / "reference"
+    shutil.copytree(clean, reference)
+    (reference / CHUNK).unlink()
+    damaged = compare_vin_offline_stores(clean, store, max_samples=None)
+    expected = compare_vin_offline_stores(clean, reference, max_samples=None)
+    listed = [p for p in damaged.problems_b if p.path == str(store / CHUNK)]
+    assert [p.kind for p in listed] == ["CorruptChunkError"]
+    assert damaged.field("rri") == expected.field("rri")
+    assert (
+        damaged.field("rri").count_b == expected.field("rri").count_b < damaged.field("rri").count_a
+    )

@@ -34,11 +34,15 @@ from vinlens.store.compare_binning import FieldHistogram
 from vinlens.store.diagnostics.accumulators import IntegrityStats
 from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
-from vinlens.store.diagnostics.scan import contiguous_runs, row_windows, shard_problem
+from vinlens.store.diagnostics.scan import (
+    ShardReads,
+    contiguous_runs,
+    row_windows,
+    shard_problem,
+)
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
-    BlockKind,
     StoreReplacedError,
     VinOfflineStoreConfig,
     VinOfflineStoreError,
@@ -213,28 +217,12 @@ def scan_task(reader: VinOfflineStoreReader, task: CompareTask) -> ComparePartia
 # --------------------------------------------------------------------------------------
 
 
-class _ShardScan:
+class _ShardScan(ShardReads):
     def __init__(self, reader: VinOfflineStoreReader, plan: CompareShardPlan) -> None:
-        self.reader = reader
         self.plan = plan
-        self.shard = reader.shard(plan.shard_id)
         self.partial = SidePartial(rows_scanned=len(plan.rows))
-        problems = reader.integrity_problems([plan.shard_id])
-        self.partial.integrity.update(problems)
-        self.broken = {p.block for p in problems if p.kind != "MissingChunksError"}
+        super().__init__(reader, plan.shard_id, self.partial.integrity)
         self.rows = np.asarray(plan.rows, dtype=np.int64)
-
-    def usable(self, name: str) -> bool:
-        spec = self.shard.block(name)
-        return spec is not None and spec.kind is BlockKind.ZARR_ARRAY and name not in self.broken
-
-    def read(self, name: str, start: int, stop: int) -> tuple[np.ndarray | None, np.ndarray]:
-        window = self.reader.read_window(self.plan.shard_id, name, start, stop)
-        for exc in window.problems:
-            self.partial.integrity.refused(
-                self.plan.shard_id, name, shard_problem(self.plan.shard_id, name, exc)
-            )
-        return window.values, window.readable
 
     def nonfinite(self, block: str, count: int) -> None:
         if count:

@@ -15,6 +15,7 @@ import numpy as np
 
 from vinlens.store.diagnostics.accumulators import (
     BackboneWindow,
+    IntegrityStats,
     LabelWindow,
     MemoryWindow,
     StatsPartial,
@@ -92,36 +93,49 @@ def contiguous_runs(rows: Sequence[int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
-class _ShardScan:
-    def __init__(self, reader: VinOfflineStoreReader, plan: ShardPlan) -> None:
+class ShardReads:
+    """One shard's windowed reads under the integrity rule every shard scan shares.
+
+    The shard's listed integrity problems go into ``integrity`` once. A missing chunk or
+    a chunk of the wrong size is refused read by read (the block stays usable and the
+    check's problem is that block's one listed refusal); any other problem makes its
+    block unusable. Store statistics and store compare both scan through this.
+    """
+
+    def __init__(
+        self, reader: VinOfflineStoreReader, shard_id: str, integrity: IntegrityStats
+    ) -> None:
         self.reader = reader
-        self.plan = plan
-        self.shard = reader.shard(plan.shard_id)
-        self.partial = StatsPartial.empty(plan.labels, plan.summary_rows)
-        self.partial.shard_ids.append(plan.shard_id)
-        problems = reader.integrity_problems([plan.shard_id])
-        # A chunk of the wrong size is refused read by read, like a missing one: the block
-        # stays usable, and the check's problem is that block's one listed refusal.
+        self.shard_id = shard_id
+        self.shard = reader.shard(shard_id)
+        self.integrity = integrity
+        problems = reader.integrity_problems([shard_id])
         chunk_level = ("MissingChunksError", "CorruptChunkError")
         for problem in problems:
             if problem.kind == "CorruptChunkError" and problem.block is not None:
-                self.partial.integrity.refused(plan.shard_id, problem.block, problem)
-        self.partial.integrity.update(tuple(p for p in problems if p.kind != "CorruptChunkError"))
+                integrity.refused(shard_id, problem.block, problem)
+        integrity.update(tuple(p for p in problems if p.kind != "CorruptChunkError"))
         self.broken = {p.block for p in problems if p.kind not in chunk_level}
-        sample_of_row: dict[int, int] = dict(zip(plan.rows, plan.sample_indices, strict=True))
-        self.sample_of_row = sample_of_row
 
     def usable(self, name: str) -> bool:
         spec = self.shard.block(name)
         return spec is not None and spec.kind is BlockKind.ZARR_ARRAY and name not in self.broken
 
     def read(self, name: str, start: int, stop: int) -> tuple[np.ndarray | None, np.ndarray]:
-        window = self.reader.read_window(self.plan.shard_id, name, start, stop)
+        window = self.reader.read_window(self.shard_id, name, start, stop)
         for exc in window.problems:
-            self.partial.integrity.refused(
-                self.plan.shard_id, name, shard_problem(self.plan.shard_id, name, exc)
-            )
+            self.integrity.refused(self.shard_id, name, shard_problem(self.shard_id, name, exc))
         return window.values, window.readable
+
+
+class _ShardScan(ShardReads):
+    def __init__(self, reader: VinOfflineStoreReader, plan: ShardPlan) -> None:
+        self.plan = plan
+        self.partial = StatsPartial.empty(plan.labels, plan.summary_rows)
+        self.partial.shard_ids.append(plan.shard_id)
+        super().__init__(reader, plan.shard_id, self.partial.integrity)
+        sample_of_row: dict[int, int] = dict(zip(plan.rows, plan.sample_indices, strict=True))
+        self.sample_of_row = sample_of_row
 
     def run(self) -> StatsPartial:
         plan = self.plan
