@@ -101,6 +101,76 @@ def test_killed_replacement_leaves_the_old_store_or_the_complete_new_one(
     assert all(".vinlens-tmp-" in name for name in leftovers)  # never an old store set aside
 
 
+# Dies (like SIGKILL: no cleanup, no finally) the moment the writer starts deleting the
+# store it replaced: the one window a timed kill hits only now and then.
+_CHILD_DIES_DELETING_OLD = textwrap.dedent(
+    """
+    import os, shutil, sys
+    import numpy as np
+    import vinlens.store.writer as writer_module
+    from vinlens.store.sample import VinOfflineSample
+
+    real_exchange, real_rmtree, swapped = writer_module._exchange, shutil.rmtree, []
+
+    def exchange(a, b):
+        swapped.append(real_exchange(a, b))
+        return swapped[-1]
+
+    def rmtree(*args, **kwargs):
+        if swapped:
+            os._exit(9)
+        real_rmtree(*args, **kwargs)
+
+    writer_module._exchange, shutil.rmtree = exchange, rmtree
+    path = sys.argv[1]
+    with writer_module.VinOfflineStoreWriter(path, num_candidates=4, rows_per_shard=5,
+                                             replace=True) as w:
+        for i in range(7):
+            w.add(VinOfflineSample(
+                f"new/{i}", "scene_000001", f"snippet_{i:06d}", "train",
+                np.zeros((3, 3), np.float32),
+                candidate_valid=np.ones(4, bool), rri=np.zeros(4, np.float32)))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
+def test_kill_while_deleting_the_replaced_store_leaves_the_new_store_and_a_temp_sibling(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store"
+    old = write_synthetic_store(path, SyntheticStoreSpec(seed=1))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD_DIES_DELETING_OLD, str(path)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 9, proc.stderr
+    with open_vin_offline_store(path, validate=True) as reader:
+        assert [row.sample_key for row in reader.samples] == [f"new/{i}" for i in range(7)]
+    (leftover,) = [p for p in tmp_path.iterdir() if p.name != "store"]
+    assert leftover.name.startswith(".store.vinlens-tmp-")
+    # It is the old store, swapped out whole (one atomic exchange), waiting to be deleted.
+    with open_vin_offline_store(leftover) as reader:
+        assert [row.sample_key for row in reader.samples] == list(old.sample_keys)
+
+
+def test_replacement_without_an_atomic_exchange_still_publishes_the_new_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vinlens.store.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_exchange", lambda a, b: False)  # macOS, old kernels
+    path = tmp_path / "store"
+    write_synthetic_store(path, SyntheticStoreSpec(seed=1))
+    new = write_synthetic_store(path, SyntheticStoreSpec(seed=2, num_scenes=2), replace=True)
+    with VinOfflineStoreReader(path) as reader:
+        assert [row.sample_key for row in reader.samples] == list(new.sample_keys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
 def test_completed_replacement_publishes_the_new_store_and_removes_the_old(tmp_path: Path) -> None:
     path = tmp_path / "store"
     write_synthetic_store(path, SyntheticStoreSpec(seed=1))

@@ -10,9 +10,12 @@ Usage::
 The store is built in a sibling temporary directory (same file system) and published with
 one ``rename``; ``manifest.json`` is written last, inside the temporary directory, so a
 directory at the final path is always complete. An existing path is refused unless
-``replace=True``; replacing moves the old store aside, renames the new one in and then
-deletes the old one, so an interrupted write leaves either no store or the old store at
-the path (plus, after SIGKILL, a hidden ``.<name>.vinlens-tmp-*`` sibling to delete).
+``replace=True``; replacing swaps the new store and the old one in one atomic
+``renameat2(RENAME_EXCHANGE)`` on Linux (elsewhere, or on a file system without it: moves
+the old store aside, renames the new one in) and then deletes the old one, so an
+interrupted write leaves the old store or the complete new one at the path (plus, after
+SIGKILL, a hidden ``.<name>.vinlens-tmp-*`` sibling to delete: the unfinished new store or
+the half-deleted old one).
 
 Zarr blocks are buffered per shard and written when the shard is complete, in chunks of
 about ``chunk_bytes`` (1 MiB) along the row axis (inner axes are split only when one row
@@ -23,11 +26,15 @@ all-fill chunks (``write_empty_chunks``), so that a missing file always means da
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
+import errno
+import functools
 import json
 import math
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -93,6 +100,42 @@ def chunk_shape_for(
 
 def _utc_now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directory entries atomically (Linux ``renameat2``); False where unsupported.
+
+    Unsupported means no ``renameat2`` in the C library, or a file system that refuses the
+    flag (``EINVAL``/``ENOSYS``/``ENOTSUP``); any other failure is raised as ``OSError``.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    rc = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+@functools.cache
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return libc
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -326,6 +369,12 @@ class VinOfflineStoreWriter:
         parent = self.store_dir.parent
         if not os.path.lexists(self.store_dir):
             os.rename(self._tmp, self.store_dir)
+        elif _exchange(self._tmp, self.store_dir):
+            # The old store now sits at the temporary name: a kill while deleting it leaves
+            # only a ``.vinlens-tmp-`` sibling, never a path without a store.
+            if self.fsync:
+                _fsync_path(parent, directory=True)
+            shutil.rmtree(self._tmp, ignore_errors=True)
         else:
             aside = parent / f".{self.store_dir.name}{_OLD_MARKER}{uuid.uuid4().hex[:8]}"
             os.rename(self.store_dir, aside)
