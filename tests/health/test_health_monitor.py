@@ -275,3 +275,59 @@ def test_half_and_double_gradients_whose_norm_overflows_float16_are_finite() -> 
 
     with pytest.raises(NonFiniteGradientError):
         monitor.run_step(bad)
+
+
+class NanGrad(nn.Module):
+    """A finite forward whose backward makes NaN."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = NanBackward.apply(x)
+        return out
+
+
+def _bn_model() -> nn.Sequential:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), NanGrad(), nn.Linear(6, 1))
+
+
+def test_a_replayed_step_updates_buffers_grads_and_every_generator_once() -> None:
+    import random
+
+    import numpy as np
+
+    x = torch.randn(8, 4)
+
+    def run(monitored: bool) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], tuple]:
+        model = _bn_model()
+        random.seed(11)
+        np.random.seed(11)
+        torch.manual_seed(11)
+
+        def step() -> None:
+            model.zero_grad(set_to_none=False)  # in place: a replay would overwrite these
+            scale = 1.0 + random.random() + float(np.random.rand())
+            (model(x * scale) * torch.rand(())).sum().backward()
+
+        if monitored:
+            monitor = TrainingMonitor(model, every=1000, on_nonfinite="record")
+            monitor.run_step(step)
+            assert [event.step for event in monitor.events] == [0]
+            origin = monitor.events[0].origin
+            assert origin is not None and origin.module_path == "2"
+        else:
+            step()
+        after = (random.random(), float(np.random.rand()), float(torch.rand(())))
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return dict(model.state_dict()), grads, after
+
+    plain_state, plain_grads, plain_after = run(False)
+    state, grads, after = run(True)
+    assert int(state["1.num_batches_tracked"]) == 1  # the replay's forward is not counted
+    assert state.keys() == plain_state.keys()
+    for name, value in plain_state.items():
+        torch.testing.assert_close(state[name], value, equal_nan=True, msg=name)
+    assert len(grads) == len(plain_grads)
+    for grad, plain in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(grad, plain, equal_nan=True)
+    # Each generator advanced by one step's draws, not two.
+    assert after == plain_after

@@ -2,7 +2,9 @@
 
 Every step costs one fused norm over the parameters' gradients and one scalar read:
 a step whose gradients hold NaN or Inf is replayed once, from the random-number state
-saved when it started, under :func:`find_nonfinite_gradient_origin`, and recorded as a
+saved when it started (torch's CPU and CUDA generators, Python's ``random`` and NumPy's
+global generator), under :func:`find_nonfinite_gradient_origin`, then the model's buffers
+and gradients are put back as the step left them, and the step is recorded as a
 :class:`NonFiniteEvent` (raising :class:`NonFiniteGradientError` before the caller's
 optimizer step, unless told to only record). One step in ``every`` is *sampled*: module
 hooks are armed for that step only, fold each module's outputs into a summary, and the
@@ -14,6 +16,7 @@ over every sampled step, so memory does not grow with the length of the run.
 from __future__ import annotations
 
 import math
+import random
 import threading
 import types
 import warnings
@@ -230,20 +233,53 @@ class MonitorTotals:
         )
 
 
-def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+_RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
+
+
+def _rng_states() -> _RngStates:
+    """torch's CPU and CUDA generators, Python's ``random`` and NumPy's global generator."""
     cuda = (
         torch.cuda.get_rng_state_all()
         if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
         else None
     )
-    return torch.get_rng_state(), cuda
+    return torch.get_rng_state(), cuda, random.getstate(), np.random.get_state()
 
 
-def _restore_rng(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
-    cpu, cuda = states
+def _restore_rng(states: _RngStates) -> None:
+    cpu, cuda, python, legacy_numpy = states
     torch.set_rng_state(cpu)
     if cuda is not None:
         torch.cuda.set_rng_state_all(cuda)
+    random.setstate(python)  # type: ignore[arg-type]
+    np.random.set_state(legacy_numpy)  # type: ignore[arg-type]
+
+
+def _replay(
+    model: nn.Module,
+    parameters: Sequence[nn.Parameter],
+    step_fn: Callable[[], object],
+    rng: _RngStates,
+) -> GradientOrigin | None:
+    """Run ``step_fn`` again under the origin search, leaving the model as the step left it.
+
+    The replay starts from the random state saved before the step, so it draws the same
+    dropout masks and augmentations. Afterwards the buffers (BatchNorm running statistics
+    and ``num_batches_tracked``) and the gradients are put back as the original step left
+    them, so the monitored step updates them once, exactly as an unmonitored one would.
+    """
+    with torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+    _restore_rng(rng)
+    try:
+        return find_nonfinite_gradient_origin(model, step_fn)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for parameter, grad in zip(parameters, grads, strict=True):
+            parameter.grad = grad
 
 
 class TrainingMonitor:
@@ -251,7 +287,11 @@ class TrainingMonitor:
 
     ``run_step(step_fn)`` runs one step: ``step_fn`` zeroes the gradients, runs forward and
     backward and may return the loss; the caller steps the optimizer after ``run_step``
-    returns. Steps are numbered from 0 by calls to ``run_step``.
+    returns. Steps are numbered from 0 by calls to ``run_step``. A non-finite step is run
+    a second time, so ``step_fn`` should take its batch from outside (fetch it before
+    ``run_step``, not with ``next(loader)`` inside); random draws repeat because torch's,
+    Python's and NumPy's global generators are restored first, and the model's buffers and
+    gradients are left as the first run made them.
 
     Args:
         model: The model being trained.
@@ -349,8 +389,7 @@ class TrainingMonitor:
         else:
             finite = _all_finite(grads)
         if not finite:
-            _restore_rng(rng)
-            origin = find_nonfinite_gradient_origin(self.model, step_fn)
+            origin = _replay(self.model, self._parameters, step_fn, rng)
             event = NonFiniteEvent(step, origin)
             with self._lock:
                 self._events.append(event)
