@@ -69,6 +69,9 @@ describe("log heatmap", () => {
   it("names the origin of an event", () => {
     expect(originText(EVENT)).toBe("Step 150: gradient first non-finite in 1 (call 0): incoming finite, to its inputs 3 NaN; parameters 1.weight.");
     expect(originText({ step: 3, origin: null })).toContain("the replay stayed finite");
+    const entered = { ...EVENT.origin!, parameter_paths: [], grad_outputs: EVENT.origin!.grad_inputs };
+    expect(originText({ step: 9, origin: entered })).toBe(
+      "Step 9: the gradient was already non-finite where it entered the model (3 NaN; made by the loss or code outside the modules), first reaching 1 (call 0).");
     const forward = { ...EVENT.origin!, forward_origin: { module_path: "1", call_index: 0, input_nonfinite: false } };
     expect(originText({ step: 4, origin: forward })).toBe("Step 4: 1 (call 0) made NaN/Inf in the forward; the backward only spread it.");
   });

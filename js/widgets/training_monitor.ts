@@ -117,6 +117,12 @@ export function originText(event: NonFiniteEvent): string {
     const how = o.forward_origin.input_nonfinite ? "received NaN/Inf inputs" : "made NaN/Inf in the forward";
     return `Step ${event.step}: ${o.module_path} (call ${o.call_index}) ${how}; the backward only spread it.`;
   }
+  const incoming = nonFiniteText(o.grad_outputs);
+  if (incoming !== "finite" && incoming !== "none seen") {
+    // GradientOrigin.entered_nonfinite: no module's backward made it, the loss did.
+    return `Step ${event.step}: the gradient was already non-finite where it entered the model `
+      + `(${incoming}; made by the loss or code outside the modules), first reaching ${o.module_path} (call ${o.call_index}).`;
+  }
   const params = o.parameter_paths.length ? `; parameters ${o.parameter_paths.join(", ")}` : "";
   return `Step ${event.step}: gradient first non-finite in ${o.module_path} (call ${o.call_index}): `
     + `incoming ${nonFiniteText(o.grad_outputs)}, to its inputs ${nonFiniteText(o.grad_inputs)}${params}.`;

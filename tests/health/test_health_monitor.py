@@ -331,3 +331,22 @@ def test_a_replayed_step_updates_buffers_grads_and_every_generator_once() -> Non
         torch.testing.assert_close(grad, plain, equal_nan=True)
     # Each generator advanced by one step's draws, not two.
     assert after == plain_after
+
+
+def test_a_gradient_the_loss_made_non_finite_is_reported_as_entering_the_model() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1), nn.Identity())
+    monitor = TrainingMonitor(model, every=100)
+    x = torch.randn(3, 4)
+    # d sqrt(u)/du is infinite at u = 0, and 0 * inf is NaN: the loss makes the NaN.
+    with pytest.raises(NonFiniteGradientError, match="entered the model") as raised:
+        monitor.run_step(lambda: (model(x) * 0).sqrt().sum().backward())
+    origin = raised.value.event.origin
+    assert origin is not None and origin.entered_nonfinite
+    assert origin.module_path == "3" and origin.parameter_paths == ()
+    # A module that makes the NaN itself is not "entered".
+    fault = nn.Sequential(nn.Linear(4, 4), NanGrad(), nn.Linear(4, 1))
+    with pytest.raises(NonFiniteGradientError, match="first made in '1'") as raised:
+        TrainingMonitor(fault).run_step(lambda: fault(x).sum().backward())
+    assert raised.value.event.origin is not None
+    assert not raised.value.event.origin.entered_nonfinite

@@ -79,6 +79,19 @@ class GradientOrigin:
     propagated_to: tuple[str, ...]
     forward_origin: NonFiniteOrigin | None = None
 
+    @property
+    def entered_nonfinite(self) -> bool:
+        """True when the gradient was already NaN or Inf where it entered the model.
+
+        Then no module's backward made it: the loss (or code outside the registered
+        modules, between the output and ``backward``) did, and ``module_path`` is only the
+        first module it reached. False when a module made it (or the forward did).
+        """
+        return self.forward_origin is None and any(
+            t.summary.nan_count or t.summary.posinf_count or t.summary.neginf_count
+            for t in self.grad_outputs
+        )
+
 
 def _traces(found: Found) -> tuple[TensorTrace, ...]:
     return tuple(

@@ -110,6 +110,9 @@ class NonFiniteGradientError(RuntimeError):
         where = (
             "the replay stayed finite"
             if origin is None
+            else "already non-finite where it entered the model (made by the loss), first"
+            f" reaching {origin.module_path!r} (call {origin.call_index})"
+            if origin.entered_nonfinite
             else f"first made in {origin.module_path!r} (call {origin.call_index})"
             + (
                 f", parameters {', '.join(origin.parameter_paths)}"
