@@ -6,6 +6,7 @@
 // a plain `vitest run` has no fixtures and skips it.
 import { describe, expect, it } from "vitest";
 import { aggregateMaps, type DatasetPayload } from "../widgets/attribution_viewer";
+import { originText, type MonitorPayload } from "../widgets/training_monitor";
 import { decode, type NDArray, type Table } from "./payload";
 
 const env = (globalThis as any).process?.env ?? {};
@@ -114,6 +115,23 @@ describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean",
           }
         }
       }
+    });
+  }
+  for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor")) {
+    it(`${fixture.name} has what the monitor view reads`, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      const h = decode(fixture.state.history) as MonitorPayload;
+      const paths = h.paths ?? [];
+      expect(paths.length).toBeGreaterThan(0);
+      for (const field of [h.grad_norm, h.std]) {
+        expect(isArray(field)).toBe(true);
+        expect(field.shape).toEqual([paths.length, (h.steps as NDArray).shape[0]]);
+      }
+      expect(h.events?.map((e) => e.step)).toEqual([5]);
+      // The loss made this NaN (sqrt at 0): the line says it entered the model.
+      expect(originText(h.events![0])).toContain("already non-finite where it entered the model");
+      const p = decode(fixture.state.precision) as { headroom: NDArray };
+      expect(isArray(p.headroom)).toBe(true);
     });
   }
 });

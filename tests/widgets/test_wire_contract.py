@@ -96,6 +96,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         SnapshotBrowserWidget,
         StoreCompareWidget,
         StoreDashboardWidget,
+        TrainingMonitorWidget,
     )
 
     model = MultiCameraDemoModel()
@@ -161,6 +162,27 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         w.wait(120)
         return w
 
+    def training_monitor() -> Any:
+        # Sampled steps (history heatmaps), one recorded NaN event with its origin and
+        # traces (float specials in summaries), and a precision column.
+        from vinlens.health import TrainingMonitor, precision_headroom
+
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+        monitor = TrainingMonitor(net, every=2, on_nonfinite="record")
+        for step in range(7):
+
+            def run(step: int = step) -> None:
+                net.zero_grad()
+                out = net(x)
+                loss = (out * 0).sqrt().sum() if step == 5 else out.square().mean()
+                loss.backward()
+
+            monitor.run_step(run)
+        assert [event.step for event in monitor.events] == [5]
+        report = precision_headroom(net, lambda: net(x * 1e4))
+        return TrainingMonitorWidget(monitor, precision=report, interval=0)
+
     def coverage() -> Any:
         w = CoverageHeatmapWidget(dataset.config)
         w.wait(120)
@@ -187,6 +209,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "model_health_diff", model_health_diff
     yield "store_dashboard", dashboard
     yield "store_compare", store_compare
+    yield "training_monitor", training_monitor
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
     yield "edge_cases", _edge_cases
@@ -247,4 +270,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     assert not failures, f"{sorted(failures)} disagree; first: {next(iter(failures.values()), '')}"
     assert set(names) <= set(tests), (names, sorted(tests))
     assert "attribution_viewer_dataset has what the dataset view reads" in tests, sorted(tests)
+    assert "training_monitor has what the monitor view reads" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
