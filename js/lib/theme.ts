@@ -1,6 +1,7 @@
-// Theme colours for canvas drawing, which cannot use CSS var() itself. Same rule as the
-// CSS (js/lib/theme.css): JupyterLab's --jp-X when the host defines it, else vinlens's own
-// --vl-X default (light or dark after prefers-color-scheme), else a literal.
+// Theme colours for canvas drawing, which cannot use CSS var() itself, and the light/dark
+// choice for hosts without JupyterLab's theme. Same rule as the CSS (js/lib/theme.css):
+// JupyterLab's --jp-X when the host defines it, else vinlens's own --vl-X default (light,
+// or dark where `data-vl-scheme="dark"` is set on the widget's root), else a literal.
 
 /** The value of --jp-`name`, else --vl-`name`, else `literal`. */
 export function themeVar(style: CSSStyleDeclaration, name: string, literal: string): string {
@@ -9,12 +10,65 @@ export function themeVar(style: CSSStyleDeclaration, name: string, literal: stri
     || literal;
 }
 
-/** Call `cb` when JupyterLab switches theme or the browser's colour scheme changes; returns a disposer. */
-export function onThemeChange(cb: () => void): () => void {
+export type Scheme = "light" | "dark";
+
+// Attributes hosts mark their theme with, watched on <html> and <body>.
+const HOST_ATTRIBUTES = [
+  "class", "theme", "data-theme", "data-bs-theme", "data-mode", "data-color-mode",
+  "data-vscode-theme-kind", "data-jp-theme-light", "data-jp-theme-name",
+];
+
+/**
+ * The scheme an element's own marks ask for, or null. JupyterLab:
+ * `data-jp-theme-light`; VS Code: `vscode-dark` / `vscode-high-contrast` /
+ * `vscode-light` classes and `data-vscode-theme-kind`; marimo and Tailwind-style pages:
+ * `dark` / `dark-theme` / `light` classes; Colab: `theme="dark"`; PyData Sphinx, Bootstrap
+ * and others: `data-theme`, `data-bs-theme`, `data-mode`, `data-color-mode`.
+ */
+export function markedScheme(node: Element): Scheme | null {
+  const jp = node.getAttribute("data-jp-theme-light");
+  if (jp === "true") return "light";
+  if (jp === "false") return "dark";
+  const kind = node.getAttribute("data-vscode-theme-kind");
+  if (kind) return kind === "vscode-light" || kind === "vscode-high-contrast-light" ? "light" : "dark";
+  const cls = node.classList;
+  if (cls.contains("vscode-light") || cls.contains("vscode-high-contrast-light")) return "light";
+  if (cls.contains("vscode-dark") || cls.contains("vscode-high-contrast")) return "dark";
+  if (cls.contains("dark") || cls.contains("dark-theme") || cls.contains("theme-dark")) return "dark";
+  if (cls.contains("light") || cls.contains("light-theme") || cls.contains("theme-light")) return "light";
+  for (const name of ["theme", "data-theme", "data-bs-theme", "data-mode", "data-color-mode"]) {
+    const value = node.getAttribute(name)?.toLowerCase();
+    if (value === "dark" || value === "light") return value;
+  }
+  return null;
+}
+
+function systemScheme(): Scheme {
+  return typeof globalThis.matchMedia === "function" && globalThis.matchMedia("(prefers-color-scheme: dark)").matches
+    ? "dark"
+    : "light";
+}
+
+/**
+ * The scheme for widgets in `doc`: the host's mark on <body>, else on <html>, else the
+ * browser's colour scheme. Only those two are read: every host above marks its theme
+ * there, and a class like `light` deeper in a page means something else.
+ */
+export function hostScheme(doc: Document = document): Scheme {
+  for (const node of [doc.body, doc.documentElement]) {
+    const marked = node ? markedScheme(node) : null;
+    if (marked) return marked;
+  }
+  return systemScheme();
+}
+
+function watchHost(cb: () => void): () => void {
   const observer = typeof MutationObserver !== "undefined" && typeof document !== "undefined"
     ? new MutationObserver(() => cb())
     : null;
-  observer?.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
+  for (const node of typeof document !== "undefined" ? [document.documentElement, document.body] : []) {
+    if (node) observer?.observe(node, { attributes: true, attributeFilter: HOST_ATTRIBUTES });
+  }
   const media = typeof globalThis.matchMedia === "function"
     ? globalThis.matchMedia("(prefers-color-scheme: dark)")
     : null;
@@ -23,4 +77,35 @@ export function onThemeChange(cb: () => void): () => void {
     observer?.disconnect();
     media?.removeEventListener?.("change", cb);
   };
+}
+
+/**
+ * Append a widget's root to `el` and keep its `data-vl-scheme` on the host's scheme
+ * (light or dark, see hostScheme); the --vl-* defaults of theme.css follow it. Returns
+ * the disposer.
+ */
+export function mountRoot(el: HTMLElement, root: HTMLElement): () => void {
+  el.append(root);
+  const apply = () => { root.dataset.vlScheme = hostScheme(root.ownerDocument); };
+  apply();
+  return watchHost(apply);
+}
+
+/**
+ * Call `cb` after the host switches theme (JupyterLab, VS Code, marimo, the browser's colour
+ * scheme); returns a disposer. `cb` runs on the next frame, after every root's
+ * `data-vl-scheme` has been updated, so colours read then are the new theme's.
+ */
+export function onThemeChange(cb: () => void): () => void {
+  let pending = false;
+  let disposed = false;
+  const later = () => {
+    if (pending) return;
+    pending = true;
+    const run = () => { pending = false; if (!disposed) cb(); };
+    if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
+    else setTimeout(run, 0);
+  };
+  const stop = watchHost(later);
+  return () => { disposed = true; stop(); };
 }

@@ -10,6 +10,7 @@
 // as binary arrays ({"$array"} nodes holding DataViews), never as base64 or JSON lists.
 import type { RenderProps } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./attribution_viewer.css";
 import { h } from "../lib/dom";
 import { CommandClient, type CommandError } from "../lib/protocol";
@@ -46,7 +47,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
     "div", { class: "vl-root vl-av", "data-lm-suppress-shortcuts": "true" },
     controls.el, panels.display, status.el, panels.empty, panels.grid, dataset.el,
   );
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
   // The notebook's own keydown handler (bubble phase, outside the shortcut system that
   // data-lm-suppress-shortcuts covers) takes arrow keys for moving between cells and
   // cancels their default, so a focused slider or number field would not move. Keys
@@ -148,6 +149,7 @@ function render({ model, el }: RenderProps<AttributionViewerModel>): () => void 
   dataset.syncTask();
 
   return () => {
+    stopScheme();
     for (const [event, cb] of listeners) m.off(event, cb);
     root.removeEventListener("keydown", keepKeys);
     controls.classInput.removeEventListener("keydown", onClassKey);

@@ -4,6 +4,7 @@
 // or, while searching, when it or a descendant matches.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./config_tree.css";
 import { h, lastDotted, replaceChildren } from "../lib/dom";
 import { CommandClient } from "../lib/protocol";
@@ -59,7 +60,7 @@ function render({ model, el }: { model: AnyModel<ConfigTreeModel>; el: HTMLEleme
   const root = h("div", { class: "vl-root vl-config-tree" },
     h("div", { class: "vl-toolbar" }, h("span", { class: "vl-title" }, "Configuration"), search, expandAll, collapseAll, refresh, count),
     header, columns, tree, status.el);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   let nodes: InternalNode[] = [];
   let expanded = new Uint8Array(0);
@@ -229,6 +230,7 @@ function render({ model, el }: { model: AnyModel<ConfigTreeModel>; el: HTMLEleme
   build();
 
   return () => {
+    stopScheme();
     model.off("change:spec", onSpec);
     model.off("change:query", onQuery);
     client.dispose();

@@ -15,7 +15,7 @@ import { collapsedList, downloadText, h, replaceChildren } from "../lib/dom";
 import { decode, formatNumber, type Table } from "../lib/payload";
 import { CommandClient, type CommandError } from "../lib/protocol";
 import { statusView } from "../lib/status";
-import { onThemeChange, themeVar } from "../lib/theme";
+import { mountRoot, onThemeChange, themeVar } from "../lib/theme";
 
 export type SortKey = "coverage" | "scene_id" | "dataset_snippets" | "store_snippets" | "missing_in_store" | "outside_dataset";
 
@@ -177,7 +177,7 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
   const body = h("div", { class: "vl-cov-body" }, totalsEl, legend, gridWrap, live, h("div", { class: "vl-cov-lower" }, detail, tableWrap));
   const empty = h("div", { class: "vl-muted vl-cov-empty" });
   const root = h("div", { class: "vl-root vl-cov" }, toolbar, paths, status.el, banner, empty, body);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   // ---- actions ---------------------------------------------------------------------------
   rescanBtn.addEventListener("click", () => {
@@ -514,6 +514,7 @@ function render({ model, el }: RenderProps<CoverageModel>): () => void {
   if (model.get("selected_scene") && rows) selectScene(model.get("selected_scene"));
 
   return () => {
+    stopScheme();
     model.off("change:acquisition", renderAcquisition);
     model.off("change:coverage", renderCoverage);
     model.off("change:selected_scene", onSelected);

@@ -4,6 +4,7 @@
 // module picked last (in this table or any widget sharing the selection) side by side.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./model_health.css";
 import { h, replaceChildren } from "../lib/dom";
 import { statText, summaryBoxesSvg } from "../lib/histogram";
@@ -106,7 +107,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
   const tableHost = h("div", { class: "vl-mh-table" });
   const detail = h("div", { class: "vl-mh-detail", "aria-live": "polite" });
   const root = h("div", { class: "vl-root vl-model-health" }, toolbar, originBox, tableHost, detail, status.el);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   const statColumn = (key: string, label: string, title: string, value: (i: number) => number): ModuleExtraColumn => ({
     key, label, title, minWidth: 76, align: "right",
@@ -293,6 +294,7 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
   loadCanAnalyze();
 
   return () => {
+    stopScheme();
     for (const d of disposers) d();
     mt?.dispose();
     client.dispose();

@@ -2,6 +2,7 @@
 // drawn by the shared component in js/lib/module-table.ts plus a Refresh command.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import { h } from "../lib/dom";
 import { createModuleTable, type ModuleTableModel } from "../lib/module-table";
 import { CommandClient } from "../lib/protocol";
@@ -19,8 +20,9 @@ function render({ model, el }: { model: AnyModel<ModuleTableModel>; el: HTMLElem
   });
   mt.el.querySelector(".vl-mt-actions")?.append(refresh);
   const root = h("div", { class: "vl-root vl-module-table" }, mt.el, status.el);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
   return () => {
+    stopScheme();
     mt.dispose();
     client.dispose();
     status.dispose();

@@ -4,6 +4,7 @@
 // sampled values and a histogram, quota usage, and a CSV download.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./snapshot_browser.css";
 import { csvField, downloadText, h, replaceChildren } from "../lib/dom";
 import { histogramSvg, statText, summaryBoxesSvg } from "../lib/histogram";
@@ -200,7 +201,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
   const results = h("div", { class: "vl-sb-results" }, h("div", { class: "vl-title vl-sb-results-title" }, "Snapshots"), quota, table.el, detail);
 
   const root = h("div", { class: "vl-root vl-snapshot-browser" }, controls, results, status.el);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   function setupPicker(): void {
     moduleTable?.dispose();
@@ -373,6 +374,7 @@ function render({ model, el }: { model: AnyModel<SnapshotBrowserModel>; el: HTML
   loadSnapshots();
 
   return () => {
+    stopScheme();
     for (const d of disposers) d();
     moduleTable?.dispose();
     table.destroy();

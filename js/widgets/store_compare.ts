@@ -8,6 +8,7 @@
 // text nodes).
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./store_compare.css";
 import { logCountTicks, niceTicks, svg } from "../lib/charts";
 import { downloadText, h, replaceChildren } from "../lib/dom";
@@ -182,7 +183,7 @@ function render({ model, el }: RenderProps<CompareModel>): () => void {
   const stepEl = h("div", { class: "vl-muted vl-sc-step", "aria-live": "polite" });
   const body = h("div", { class: "vl-sc-body" });
   const root = h("div", { class: "vl-root vl-sc" }, toolbar, status.el, stepEl, body);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   function syncInputs() {
     const v = model.get("max_samples");
@@ -400,6 +401,7 @@ function render({ model, el }: RenderProps<CompareModel>): () => void {
   renderBody();
 
   return () => {
+    stopScheme();
     model.off("change:acquisition", onAcq);
     model.off("change:payload", onPayload);
     model.off("change:metric", onMetric);

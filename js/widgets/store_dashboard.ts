@@ -9,6 +9,7 @@
 // Everything from the kernel is inserted as text (js/lib/dom.ts h(), SVG text nodes).
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./store_dashboard.css";
 import {
   barChartSvg, binValues, histogramSvg, scatterPlot, type Histogram, type ScatterPlot,
@@ -177,7 +178,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
   const banner = h("div", { class: "vl-sd-replaced", role: "alert", hidden: true });
   const body = h("div", { class: "vl-sd-body" });
   const root = h("div", { class: "vl-root vl-sd" }, toolbar, status.el, stepEl, banner, body);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   function syncSamples() {
     const v = model.get("max_samples");
@@ -468,6 +469,7 @@ function render({ model, el }: RenderProps<DashboardModel>): () => void {
   renderBody();
 
   return () => {
+    stopScheme();
     model.off("change:acquisition", onAcq);
     model.off("change:payload", onPayload);
     model.off("change:replacement", onReplacement);

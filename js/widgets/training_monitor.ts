@@ -5,6 +5,7 @@
 // highlighted (the modules it reached tinted). Everything drawn comes from the kernel's records.
 import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
+import { mountRoot } from "../lib/theme";
 import "./training_monitor.css";
 import { gradientCss, fillRGBA, type ColormapName } from "../lib/colormap";
 import { h, replaceChildren } from "../lib/dom";
@@ -157,7 +158,7 @@ function render({ model, el }: { model: AnyModel<TrainingMonitorModel>; el: HTML
   const axis = h("div", { class: "vl-tm-axis", "aria-label": "Sampled steps and non-finite events" });
   const tableHost = h("div", { class: "vl-tm-table" });
   const root = h("div", { class: "vl-root vl-training-monitor" }, toolbar, originBox, axis, tableHost, status.el);
-  el.append(root);
+  const stopScheme = mountRoot(el, root);
 
   const strip = (key: string, label: string, title: string): VTColumn => ({ key, label, title, minWidth: 200, grow: 1 });
   const columns: VTColumn[] = [
@@ -312,6 +313,7 @@ function render({ model, el }: { model: AnyModel<TrainingMonitorModel>; el: HTML
   model.on("change:selected_event", onSelect);
   sync();
   return () => {
+    stopScheme();
     model.off("change:history", sync);
     model.off("change:precision", onPrecision);
     model.off("change:selected_event", onSelect);

@@ -142,3 +142,41 @@ def test_widget_is_legible_without_jupyterlab_theme(host_page, browser_ctx, widg
         assert not low, f"{title} ({scheme}, no JupyterLab theme):\n{describe(low)}"
     finally:
         page.close()
+
+
+_ROOT_COLOURS = """() => Array.from(document.querySelectorAll('.host-cell .vl-root')).map((el) => {
+    const s = getComputedStyle(el);
+    return { widget: el.closest('.host-cell').dataset.widget, scheme: el.dataset.vlScheme,
+             bg: s.backgroundColor, fg: s.color };
+})"""
+
+
+def test_widgets_follow_the_host_theme_mark_over_the_browser_scheme(host_page, browser_ctx):
+    """VS Code marks its theme with a body class, whatever the OS colour scheme says; a
+    user switching the editor's theme switches every widget on the page, live."""
+    page = browser_ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.emulate_media(color_scheme="light")
+        page.goto(host_page, wait_until="domcontentloaded")
+        page.wait_for_function("window.vlHost !== undefined")
+        page.evaluate("() => document.body.classList.add('vscode-dark')")
+        for widget in WIDGETS:
+            page.evaluate("(n) => window.vlHost.mount(n)", widget)
+        page.wait_for_timeout(300)
+        roots = page.evaluate(_ROOT_COLOURS)
+        assert [r["widget"] for r in roots] == WIDGETS
+        for r in roots:
+            assert r["scheme"] == "dark", r
+            assert _luminance(r["bg"]) < 0.05 < 0.5 < _luminance(r["fg"]), r
+        page.evaluate("() => { document.body.className = 'vscode-light'; }")
+        page.wait_for_timeout(300)
+        for r in page.evaluate(_ROOT_COLOURS):
+            assert r["scheme"] == "light", r
+            assert _luminance(r["fg"]) < 0.05 < 0.8 < _luminance(r["bg"]), r
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "nohost-vscode-switch.png"), full_page=False)
+        assert errors == [], errors
+    finally:
+        page.close()

@@ -55,8 +55,8 @@ def _defaults() -> tuple[dict[str, str], dict[str, str]]:
     """The --vl-* defaults of theme.css: (light, dark)."""
     text = _strip_comments(THEME.read_text(encoding="utf-8"))
     light_at = text.index(".vl-root {")
-    dark_at = text.index("@media (prefers-color-scheme: dark)")
-    assert light_at < dark_at, "light defaults come first, the dark media block overrides them"
+    dark_at = text.index('.vl-root[data-vl-scheme="dark"] {')
+    assert light_at < dark_at, "light defaults come first, the dark block overrides them"
 
     def decls(body: str) -> dict[str, str]:
         return {
@@ -64,7 +64,7 @@ def _defaults() -> tuple[dict[str, str], dict[str, str]]:
             for m in re.finditer(r"--vl-([a-z0-9-]+)\s*:\s*([^;]+);", body)
         }
 
-    return decls(_block(text, light_at)), decls(_block(text, text.index(".vl-root", dark_at)))
+    return decls(_block(text, light_at)), decls(_block(text, dark_at))
 
 
 def _is_colour(value: str) -> bool:
