@@ -100,7 +100,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def marimo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    w = tmp_path_factory.mktemp("marimo")
+    yield from _serve(tmp_path_factory.mktemp("marimo"))
+
+
+@pytest.fixture(scope="module")
+def marimo_dark_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same notebook with marimo's own theme set to dark in the user's config."""
+    w = tmp_path_factory.mktemp("marimo-dark")
+    (w / "config" / "marimo").mkdir(parents=True)
+    (w / "config" / "marimo" / "marimo.toml").write_text('[display]\ntheme = "dark"\n')
+    yield from _serve(w)
+
+
+def _serve(w: Path) -> Iterator[str]:
     (w / "tour_marimo.py").write_text(NOTEBOOK, encoding="utf-8")
     port = _free_port()
     env = dict(
@@ -197,3 +209,21 @@ def _wait_for(page: Any, ok: Any, what: str, timeout_s: float = 60) -> None:
             return
         page.wait_for_timeout(200)
     raise AssertionError(f"{what}: Python's line is {_python_line(page)!r}")
+
+
+def test_marimo_dark_theme_on_a_light_os_gives_dark_widgets(marimo_dark_app, browser_ctx):
+    page = browser_ctx.new_page()
+    try:
+        page.emulate_media(color_scheme="light")
+        page.goto(marimo_dark_app, wait_until="domcontentloaded")
+        table = page.locator(".vl-module-table").first
+        expect(table.locator(".vl-mt-totals")).to_contain_text("modules", timeout=120_000)
+        probe = table.evaluate(
+            """(el) => ({ scheme: el.dataset.vlScheme, bg: getComputedStyle(el).backgroundColor,
+                          body: document.body.className, html: document.documentElement.className })"""
+        )
+        assert probe["scheme"] == "dark", probe
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        table.screenshot(path=str(ARTIFACTS / "marimo-dark-module-table.png"))
+    finally:
+        page.close()
