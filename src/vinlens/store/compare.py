@@ -15,10 +15,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
 from vinlens.operations import (
+    CancelToken,
     OperationCancelled,
     ProgressCallback,
     check_executor,
@@ -160,6 +162,7 @@ def compare_vin_offline_stores(
     max_samples: int | None = 512,
     executor: concurrent.futures.Executor | None = None,
     progress_cb: ProgressCallback | None = None,
+    cancel: CancelToken | threading.Event | None = None,
 ) -> StoreComparison:
     """Compare store B with store A, field by field, and their sample and scene sets.
 
@@ -170,7 +173,9 @@ def compare_vin_offline_stores(
     ``concurrent.futures.Executor``) computes the partials of both stores on its workers;
     they are folded in manifest shard order (A's shards, then B's), so the record equals
     (``==``) the in-process one. ``progress_cb(done, total)`` counts scanned rows of both
-    stores; an exception it raises (a cancel) stops the scan and propagates.
+    stores; an exception it raises (a cancel) stops the scan and propagates, as does a set
+    ``cancel`` (a :class:`~vinlens.operations.CancelToken` or ``threading.Event``, checked
+    between tasks: :class:`~vinlens.operations.OperationCancelled`).
 
     Raises:
         VinOfflineStoreReplacedError: a store was replaced or changed before or during
@@ -199,6 +204,7 @@ def compare_vin_offline_stores(
                     lambda task: scan_task(readers[task.side], task),
                     start=ComparePartial,
                     progress=progress_cb,
+                    cancel=cancel,
                     weight=lambda task: task.rows,
                 )
             else:
@@ -211,6 +217,7 @@ def compare_vin_offline_stores(
                     start=ComparePartial,
                     executor=executor,
                     progress=progress_cb,
+                    cancel=cancel,
                     weight=lambda task: task.rows,
                 )
         except (VinOfflineStoreReplacedError, OperationCancelled):

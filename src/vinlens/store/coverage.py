@@ -31,7 +31,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.operations import check_executor, run_operation
+from vinlens.operations import CancelToken, check_executor, run_operation
 from vinlens.store.access import (
     FileStat,
     FsspecStoreAccess,
@@ -412,6 +412,7 @@ def _tar_partials(
     tasks: Sequence[_TarTask],
     executor: Executor | None,
     progress_cb: Callable[[int, int], None] | None,
+    cancel: CancelToken | threading.Event | None,
 ) -> list[_TarPartial]:
     """Partials of ``tasks`` in task order, from the cache, in process or on ``executor``."""
     folded = run_operation(
@@ -420,6 +421,7 @@ def _tar_partials(
         start=_TarPartials,
         executor=executor,
         progress=progress_cb,
+        cancel=cancel,
         known=_known_tar,
     )
     for task, partial in zip(tasks, folded.items, strict=True):
@@ -439,6 +441,7 @@ def _raw_partials(
     max_tars: int | None,
     progress_cb: Callable[[int, int], None] | None,
     executor: Executor | None,
+    cancel: CancelToken | threading.Event | None,
 ) -> _RawScan:
     """The per-tar partials of the raw dataset (listing, cap, cache, executor)."""
     assert config.raw_dataset_dir is not None
@@ -453,7 +456,7 @@ def _raw_partials(
         tars = tars[:max_tars]
     options = config.storage_options if raw_access.is_remote else None
     tasks = [_TarTask(raw_root, options, rel, st) for rel, st in tars]
-    return _RawScan(raw_root, found, _tar_partials(tasks, executor, progress_cb))
+    return _RawScan(raw_root, found, _tar_partials(tasks, executor, progress_cb, cancel))
 
 
 def raw_snippets_by_scene(
@@ -462,6 +465,7 @@ def raw_snippets_by_scene(
     max_tars: int | None = None,
     progress_cb: Callable[[int, int], None] | None = None,
     executor: Executor | None = None,
+    cancel: CancelToken | threading.Event | None = None,
 ) -> dict[str, frozenset[str]]:
     """Raw snippet ids per scene id of ``store.raw_dataset_dir`` (names as records show them).
 
@@ -474,7 +478,7 @@ def raw_snippets_by_scene(
     if config.raw_dataset_dir is None:
         raise ValueError(f"{config.store_dir}: no raw_dataset_dir to list snippets from")
     by_scene: dict[str, set[str]] = {}
-    for partial in _raw_partials(config, max_tars, progress_cb, executor).partials:
+    for partial in _raw_partials(config, max_tars, progress_cb, executor, cancel).partials:
         for scene, snippet in partial.pairs:
             by_scene.setdefault(display_name(scene), set()).add(display_name(snippet))
     return {scene: frozenset(snippets) for scene, snippets in sorted(by_scene.items())}
@@ -486,6 +490,7 @@ def collect_vin_offline_dataset_coverage(
     max_tars: int | None = None,
     progress_cb: Callable[[int, int], None] | None = None,
     executor: Executor | None = None,
+    cancel: CancelToken | threading.Event | None = None,
 ) -> VinOfflineCoverageStats:
     """Compare raw ASE tar-header coverage against an immutable VIN store.
 
@@ -498,7 +503,9 @@ def collect_vin_offline_dataset_coverage(
     location, storage options and one tar's relative path, never an open handle, and the
     record is equal (``==``) with or without it. Each tar's partial is cached in this process
     by (URL or path, size, ETag/version or inode times), so a rescan of unchanged tars reads
-    nothing but the listing.
+    nothing but the listing. ``cancel`` (a :class:`~vinlens.operations.CancelToken` or a
+    ``threading.Event``) stops the scan between tars: queued tars are dropped and
+    :class:`~vinlens.operations.OperationCancelled` is raised.
 
     A tar that cannot be scanned (truncated, corrupt, hostile headers, not a regular file)
     raises an error naming it; a store replaced while coverage was computed raises
@@ -519,7 +526,7 @@ def collect_vin_offline_dataset_coverage(
         store_pairs = {(row.scene_id, row.snippet_id) for row in reader.samples}
         store_dir = str(reader.store_dir)
 
-        raw = _raw_partials(config, max_tars, progress_cb, executor)
+        raw = _raw_partials(config, max_tars, progress_cb, executor, cancel)
         raw_root, found, partials = raw.root, raw.found, raw.partials
         # The sample index was read at open; make sure it still is the store at the path.
         reader.check_generation()

@@ -254,7 +254,10 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
             progress(0, 0)
             generation = capture_store_generation(self._config)
             record = collect_vin_offline_dataset_coverage(
-                self._config, progress_cb=progress, executor=self._store_executor
+                self._config,
+                progress_cb=progress,
+                executor=self._store_executor,
+                cancel=ctx.cancel_token,
             )
             # The store side of the per-scene lists: the sample index of the generation
             # the coverage was computed against (the engine checked it did not change).
@@ -354,6 +357,7 @@ class CoverageHeatmapWidget(BrowserSafeState, TableExport):
                 max_tars=record.tar_shards_scanned,
                 progress_cb=None if ctx is None else ctx.progress,
                 executor=self._store_executor,
+                cancel=None if ctx is None else ctx.cancel_token,
             )
         except (TarScanError, StoreAccessError) as exc:
             raise CommandError(str(exc)) from exc

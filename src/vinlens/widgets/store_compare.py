@@ -257,6 +257,7 @@ class StoreCompareWidget(TableExport, BrowserSafeState):
                     max_samples=self.max_samples,
                     executor=self._store_executor,
                     progress_cb=rows_read,
+                    cancel=ctx.cancel_token,
                 )
             )
             seconds = time.perf_counter() - started

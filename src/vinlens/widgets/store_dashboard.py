@@ -378,7 +378,7 @@ class StoreDashboardWidget(BrowserSafeState):
                 # The engine looks for a cancel only between shards: answer one at once.
                 stats = ctx.call(
                     lambda: inspect_vin_offline_dataset_stats_with_progress(
-                        request, rows_read, executor=self._store_executor
+                        request, rows_read, executor=self._store_executor, cancel=ctx.cancel_token
                     )
                 )
             except StoreReplacedError as exc:

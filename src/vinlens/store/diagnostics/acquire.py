@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vinlens.operations import (
+    CancelToken,
     OperationCancelled,
     ProgressCallback,
     check_executor,
@@ -247,6 +248,7 @@ def _fold_in_process(
     reader: VinOfflineStoreReader,
     plans: list[ShardPlan],
     progress_cb: ProgressCallback | None,
+    cancel: CancelToken | threading.Event | None,
 ) -> StatsPartial:
     """One task per shard, here, on the already open reader."""
     return run_operation(
@@ -254,6 +256,7 @@ def _fold_in_process(
         lambda plan: scan_shard(reader, plan),
         start=StatsPartial,
         progress=progress_cb,
+        cancel=cancel,
         weight=lambda plan: len(plan.rows),
     )
 
@@ -262,6 +265,7 @@ def _fold_on_executor(
     executor: concurrent.futures.Executor,
     tasks: list[ShardTask],
     progress_cb: ProgressCallback | None,
+    cancel: CancelToken | threading.Event | None,
 ) -> StatsPartial:
     """Run tasks on ``executor``; fold results in task order; report progress as they finish."""
     return run_operation(
@@ -270,6 +274,7 @@ def _fold_on_executor(
         start=StatsPartial,
         executor=executor,
         progress=progress_cb,
+        cancel=cancel,
         weight=lambda task: task.rows,
         max_in_flight=_IN_FLIGHT,
     )
@@ -514,6 +519,7 @@ def inspect_vin_offline_dataset_stats_with_progress(
     progress_cb: Callable[[int, int], None] | None,
     *,
     executor: concurrent.futures.Executor | None = None,
+    cancel: CancelToken | threading.Event | None = None,
 ) -> VinOfflineDatasetStats:
     """:func:`inspect_vin_offline_dataset_stats` calling ``progress_cb(rows_done, rows_total)``.
 
@@ -522,7 +528,9 @@ def inspect_vin_offline_dataset_stats_with_progress(
     process) or a task of consecutive shards (on an ``executor``) finishes, in the order
     they finish, with the rows scanned so far; ``rows_total`` is the number of rows the
     request's ``max_samples`` selects. An exception raised by the callback (a cancel)
-    stops the acquisition: pending tasks are cancelled and the exception propagates.
+    stops the acquisition: pending tasks are cancelled and the exception propagates. A set
+    ``cancel`` (a :class:`~vinlens.operations.CancelToken` or ``threading.Event``) stops it
+    the same way between tasks, raising :class:`~vinlens.operations.OperationCancelled`.
     """
     check_executor(executor)
     # The config travels to workers: a path or URL plus storage options, never a handle.
@@ -544,13 +552,14 @@ def inspect_vin_offline_dataset_stats_with_progress(
         try:
             plans = _plans(reader, request.max_samples)
             if executor is None:
-                partial = _fold_in_process(reader, plans, progress_cb)
+                partial = _fold_in_process(reader, plans, progress_cb, cancel)
             else:
                 try:
                     partial = _fold_on_executor(
                         executor,
                         _tasks(reader, config, request, plans, executor_workers(executor)),
                         progress_cb,
+                        cancel,
                     )
                 finally:
                     release_worker_readers(request)
