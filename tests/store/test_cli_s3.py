@@ -73,3 +73,76 @@ def test_s3_errors_are_one_line_naming_the_url(
     err = capsys.readouterr().err.strip()
     assert err.startswith("vinlens: error: ") and "\n" not in err
     assert "no/such/store" in err
+
+
+@pytest.fixture(scope="module")
+def second_s3_server(s3_server: Any) -> Any:
+    """A second, separate S3 server (moto in its own process: its own buckets), as a copy
+    of the store at another provider; the suite's fake credentials are in the environment."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from s3_server import S3Server, s3_filesystem
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    try:
+        record = S3Server(endpoint_url=f"http://127.0.0.1:{port}", bucket="vinlens-other")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(record.endpoint_url, timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the second moto server did not start") from None
+                time.sleep(0.1)
+        s3_filesystem(record).mkdir(record.bucket)
+        yield record
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_compare_two_stores_on_two_endpoints_with_per_store_options(
+    s3_dataset: S3Dataset, second_s3_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url_a = s3_dataset.remote.store_dir
+    url_b = second_s3_server.upload(s3_dataset.local.store.store_dir, "copy/store")
+    endpoint_a = f"client_kwargs.endpoint_url={s3_dataset.server.endpoint_url}"
+    endpoint_b = f"client_kwargs.endpoint_url={second_s3_server.endpoint_url}"
+    # One shared endpoint (A's) and B's own over it.
+    record = _json(
+        capsys,
+        [
+            "store",
+            "compare",
+            url_a,
+            url_b,
+            "--all",
+            "--json",
+            "--storage-option",
+            endpoint_a,
+            "--storage-option-b",
+            endpoint_b,
+        ],
+    )
+    assert record["store_a"] == url_a and record["store_b"] == url_b
+    assert record["num_samples_a"] == record["num_samples_b"] > 0
+    assert record["samples_only_in_a"] == record["samples_only_in_b"] == 0
+    assert all(field["js_distance"] == 0 for field in record["fields"])
+    # Without B's own endpoint, B is looked for on A's server: a one-line error naming it.
+    code = main(["store", "compare", url_a, url_b, "--storage-option", endpoint_a])
+    err = capsys.readouterr().err
+    assert code == 1 and url_b in err and "Traceback" not in err

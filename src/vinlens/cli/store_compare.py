@@ -4,7 +4,8 @@ Prints the fields sorted by drift (``--metric``, Jensen-Shannon distance by defa
 sample and scene set differences, the samples per split of both stores and each store's
 integrity problems; ``--json`` prints the whole record instead. A and B are local paths
 or fsspec URLs (they may live on different file systems; ``--storage-option`` goes to
-every URL store). The scan runs in this process, on ``--workers N`` local processes or on
+every URL store, ``--storage-option-a`` / ``--storage-option-b`` to one of them, over the
+shared ones: two S3 endpoints or two sets of credentials). The scan runs in this process, on ``--workers N`` local processes or on
 a Dask cluster (``--scheduler``), with the options of ``vinlens store stats``.
 """
 
@@ -65,6 +66,17 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="fsspec storage option for URL stores, repeatable (e.g. anon=true, "
         "client_kwargs.endpoint_url=http://127.0.0.1:9000)",
     )
+    for side in ("a", "b"):
+        parser.add_argument(
+            f"--storage-option-{side}",
+            dest=f"storage_options_{side}",
+            type=_storage_option,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"storage option for store {side.upper()} only (another endpoint or "
+            "credentials), repeatable; it overrides --storage-option's value of the same key",
+        )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--max-samples",
@@ -179,9 +191,13 @@ def compare(args: argparse.Namespace) -> int:
     """Compare the two stores and print the result as tables (or JSON)."""
     from vinlens.store.compare import compare_vin_offline_stores
 
-    options = parse_storage_options(args.storage_options)
-    config_a = _config(args.store_a, options)
-    config_b = _config(args.store_b, options)
+    # Side-specific pairs come last, so their keys override the shared ones.
+    config_a = _config(
+        args.store_a, parse_storage_options([*args.storage_options, *args.storage_options_a])
+    )
+    config_b = _config(
+        args.store_b, parse_storage_options([*args.storage_options, *args.storage_options_b])
+    )
     max_samples = None if args.all else args.max_samples
     with (
         open_executor(args.workers, args.scheduler) as executor,
