@@ -48,6 +48,16 @@ def test_stats_table(dataset: SyntheticDatasetRecord, capsys: pytest.CaptureFixt
     assert "batch preview (VinOracleBatch)" in out
     assert "samples without candidate ids (unpaired)" in out
     assert "integrity      ok" in out
+    assert f"rows           all {stats.num_samples} rows scanned" in out
+
+
+def test_stats_table_says_which_rows_a_sample_scan_read(
+    dataset: SyntheticDatasetRecord, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["store", "stats", str(dataset.store.store_dir), "--max-samples", "5"]) == 0
+    out = capsys.readouterr().out
+    total = collect_vin_offline_dataset_stats(dataset.store.store_dir).num_samples
+    assert f"rows           5 of {total} rows sampled" in out
 
 
 def test_stats_options_are_exclusive_and_checked(

@@ -101,7 +101,7 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
     The problems section is the engine's ranked list (the one the store dashboard shows),
     so the command line and the widget never disagree about what is a warning.
     """
-    from vinlens.store.diagnostics import dashboard_problems
+    from vinlens.store.diagnostics import dashboard_problems, scan_scope
 
     problems = stats.integrity_problems
     ranked = dashboard_problems(stats)
@@ -109,10 +109,7 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
         ("store", stats.store_dir),
         ("version", stats.version),
         ("samples", stats.num_samples),
-        (
-            "scanned",
-            f"{stats.sampled_samples:,}" + (" (all)" if stats.max_samples is None else ""),
-        ),
+        ("rows", scan_scope(stats)),  # "512 of 10,000 rows sampled", as the dashboard says
         ("splits", _counts(stats.split_counts)),
         ("scenes", stats.num_scenes),
         ("snippets", stats.num_snippets),
