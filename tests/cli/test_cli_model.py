@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,9 +93,11 @@ def test_input_shape_for_containers_and_errors(capsys: pytest.CaptureFixture[str
     assert "'torch.nn.NotAThing' does not exist" in err and "no name 'NotAThing'" in err
     assert "nn.Module class" not in err
     assert main(["model", "torch.nn.functional.relu"]) == 1
-    assert "exists but is a function, not an nn.Module class" in capsys.readouterr().err
+    assert "is a function returning Tensor, not an nn.Module class" in capsys.readouterr().err
     assert main(["model", "torch.Tensor"]) == 1
     assert "exists but is a class Tensor, not an nn.Module class" in capsys.readouterr().err
+    assert main(["model", "torch.pi"]) == 1
+    assert "exists but is a float, not an nn.Module class" in capsys.readouterr().err
     assert main(["model", "no_such_package.Model"]) == 1
     assert "cannot import 'no_such_package'" in capsys.readouterr().err
     assert main(["model", "nn.Linear", "--arg", "bogus"]) == 1
@@ -205,3 +208,35 @@ def test_an_extension_built_for_another_torch_is_said_in_one_line(
     assert "operator torchvision::nms does not exist" in err
     assert f"built for another torch than the installed torch {torch.__version__}" in err
     assert "install the torchvision release built for" in err
+
+
+_FACTORIES = """
+import torch
+from torch import nn
+
+
+def small_cnn(width=8, classes=3):
+    return nn.Sequential(nn.Conv2d(3, width, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(classes))
+
+
+def not_a_model(width=8):
+    return {"width": width}
+"""
+
+
+def test_a_factory_function_builds_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "my_factories.py").write_text(_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(
+        ["model", "my_factories.small_cnn", "--arg", "width=4", "--input-shape", "2,3,10,10"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Sequential" in out and "Conv2d" in out
+    assert "(2, 3, 10, 10) float32" in out
+    assert main(["model", "my_factories.not_a_model"]) == 1
+    assert "returned a builtins.dict, not an nn.Module" in capsys.readouterr().err
+    assert main(["model", "my_factories.small_cnn", "--arg", "depth=2"]) == 1
+    assert "cannot construct my_factories.small_cnn" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """``vinlens model [TARGET]``: the module table and a bounded capture of one real forward.
 
 TARGET is the dotted import path of an ``nn.Module`` class (``torch.nn.Transformer``
-by default; ``nn.X`` is short for ``torch.nn.X``). The class is constructed with its
-defaults plus any ``--arg KEY=VALUE``, described with :func:`inspect_model`, then run
+by default; ``nn.X`` is short for ``torch.nn.X``) or of a function that returns a module
+(``torchvision.models.resnet18``). It is constructed (called) with its defaults plus any
+``--arg KEY=VALUE``, described with :func:`inspect_model`, then run
 once on random input inside :func:`capture_model` with default limits, so a newcomer
 sees both engines on a real model in one command. The model runs in eval mode unless
 ``--train`` is given, so dropout does not change what the capture shows.
@@ -120,12 +121,12 @@ def _extension_mismatch(module_name: str) -> str:
     )
 
 
-def _missing_arguments_hint(cls: type, kwargs: dict[str, Any]) -> str:
+def _missing_arguments_hint(cls: object, kwargs: dict[str, Any]) -> str:
     """``; pass them with --arg ...`` for required constructor parameters not given."""
     import inspect
 
     try:
-        parameters = inspect.signature(cls).parameters.values()
+        parameters = inspect.signature(cls).parameters.values()  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return ""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -140,16 +141,45 @@ def _missing_arguments_hint(cls: type, kwargs: dict[str, Any]) -> str:
     return f"; pass them with --arg, e.g. {example}"
 
 
+def _declared_return(fn: object) -> object:
+    """The resolved return annotation of ``fn``, or None when it has none or it won't resolve."""
+    import typing
+
+    try:
+        return typing.get_type_hints(fn).get("return")
+    except Exception:  # an unresolvable annotation says nothing either way
+        return None
+
+
 def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
-    """Import ``target`` (``package.module.Class``) and construct it with ``kwargs``."""
+    """Import ``target`` and build the model with ``kwargs``.
+
+    ``target`` is ``package.module.Name`` of an ``nn.Module`` class, or of a function that
+    returns a module (a factory such as ``torchvision.models.resnet18``).
+    """
     from torch import nn
 
     if target.startswith("nn."):
         target = "torch." + target
-    cls = _resolve(target)
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        what = f"class {cls.__qualname__}" if isinstance(cls, type) else type(cls).__name__
-        raise ValueError(f"TARGET {target!r} exists but is a {what}, not an nn.Module class")
+    obj = _resolve(target)
+    if isinstance(obj, type):
+        if not issubclass(obj, nn.Module):
+            raise ValueError(
+                f"TARGET {target!r} exists but is a class {obj.__qualname__}, not an nn.Module "
+                "class or a function returning a module"
+            )
+    elif callable(obj):
+        declared = _declared_return(obj)
+        if isinstance(declared, type) and not issubclass(declared, nn.Module):
+            raise ValueError(
+                f"TARGET {target!r} exists but is a function returning {declared.__qualname__}, "
+                "not an nn.Module class or a function returning a module"
+            )
+    else:
+        raise ValueError(
+            f"TARGET {target!r} exists but is a {type(obj).__name__}, not an nn.Module class "
+            "or a function returning a module"
+        )
     import warnings
 
     try:
@@ -157,10 +187,16 @@ def build_model(target: str, kwargs: dict[str, Any]) -> nn.Module:
             # nn.Transformer() with its defaults advises batch_first on every construction;
             # that advice is about inference speed, not about this inspection.
             warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-            return cls(**kwargs)
+            model = obj(**kwargs)
     except TypeError as error:
-        hint = _missing_arguments_hint(cls, kwargs)
+        hint = _missing_arguments_hint(obj, kwargs)
         raise ValueError(f"cannot construct {target} with {kwargs}: {error}{hint}") from error
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"TARGET {target!r} returned a {type(model).__module__}.{type(model).__qualname__}, "
+            "not an nn.Module"
+        )
+    return model
 
 
 def _leaf_input(module: nn.Module, batch: int, seq_len: int) -> tuple[torch.Tensor, ...] | None:
@@ -382,7 +418,8 @@ def _shape(text: str) -> tuple[int, ...]:
 
 HELP = "module table and bounded capture summary of a constructed model"
 DESCRIPTION = (
-    "Construct TARGET (an nn.Module class, by dotted import path) with its defaults, "
+    "Construct TARGET (an nn.Module class or a function returning one, by dotted import "
+    "path) with its defaults, "
     "print its module table, then run one forward on random input inside a bounded "
     "capture and summarise the tensors it sampled. The model runs in eval mode "
     "unless --train is given."
@@ -396,7 +433,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         default=DEFAULT_TARGET,
         metavar="TARGET",
-        help=f"nn.Module class to construct, e.g. torch.nn.Transformer (default {DEFAULT_TARGET})",
+        help="nn.Module class to construct or function returning one, e.g. torch.nn.Transformer "
+        f"or torchvision.models.resnet18 (default {DEFAULT_TARGET})",
     )
     parser.add_argument(
         "--arg",
