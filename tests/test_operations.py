@@ -382,6 +382,28 @@ def test_sharded_batches_sources() -> None:
         ShardedBatches(lambda i: [], 2)
 
 
+def test_a_task_of_a_list_source_carries_only_its_own_batches() -> None:
+    """With an executor every task is pickled: each must carry its shard, not the list."""
+    batches = [torch.randn(64, 256) for _ in range(40)]  # 64 KiB each
+    source = ShardedBatches.from_sequence(batches, batches_per_shard=4)
+    whole = len(pickle.dumps(source))
+    for index in range(source.count):
+        task = pickle.loads(pickle.dumps(source.for_shard(index)))
+        assert task.count == source.count
+        got = list(task.batches(index))
+        assert [torch.equal(a, b) for a, b in zip(got, batches[4 * index :], strict=False)] == [
+            True
+        ] * len(got)
+        assert len(pickle.dumps(source.for_shard(index))) < whole / 8
+        with pytest.raises(IndexError, match="carries shard"):
+            list(task.batches((index + 1) % source.count))
+    # A user's own load reads the shard on the worker: the source itself travels.
+    own = ShardedBatches(load_shard, 6)
+    assert own.for_shard(2) is own
+    with pytest.raises(IndexError, match="out of range"):
+        own.for_shard(6)
+
+
 def test_model_side_operation_equal_in_process_and_on_a_process_pool() -> None:
     recipe = ModelRecipe(TinyNet, {"width": 5, "seed": 3})
     source = ShardedBatches(load_shard, 6)

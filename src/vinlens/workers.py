@@ -192,6 +192,31 @@ class _SequenceLoader:
     def __setstate__(self, state: tuple[list[Any], int]) -> None:
         self.batches, self.per_shard = state
 
+    def only(self, shard: int) -> _OneShardLoader:
+        """A loader holding just ``shard``'s batches: what one task needs to carry."""
+        return _OneShardLoader(shard, self(shard))
+
+
+class _OneShardLoader:
+    """``load(shard)`` of a single shard of a list of batches (the others never travel)."""
+
+    __slots__ = ("batches", "shard")
+
+    def __init__(self, shard: int, batches: list[Any]) -> None:
+        self.shard = shard
+        self.batches = batches
+
+    def __call__(self, shard: int) -> list[Any]:
+        if shard != self.shard:
+            raise IndexError(f"this task carries shard {self.shard} only, not {shard}")
+        return self.batches
+
+    def __getstate__(self) -> tuple[int, list[Any]]:
+        return self.shard, self.batches
+
+    def __setstate__(self, state: tuple[int, list[Any]]) -> None:
+        self.shard, self.batches = state
+
 
 @dataclass(frozen=True)
 class ShardedBatches:
@@ -227,6 +252,19 @@ class ShardedBatches:
         if not 0 <= shard_index < self.count:
             raise IndexError(f"shard index {shard_index} out of range [0, {self.count})")
         return iter(self.load(shard_index))
+
+    def for_shard(self, shard_index: int) -> ShardedBatches:
+        """What a task of shard ``shard_index`` carries to its worker.
+
+        For :meth:`from_sequence` sources, a copy holding only that shard's batches (a
+        task pickles its own batches, not the whole list); otherwise ``self`` (``load``
+        reads the shard on the worker).
+        """
+        if not 0 <= shard_index < self.count:
+            raise IndexError(f"shard index {shard_index} out of range [0, {self.count})")
+        if isinstance(self.load, _SequenceLoader):
+            return ShardedBatches(self.load.only(shard_index), self.count)
+        return self
 
     def __len__(self) -> int:
         return self.count

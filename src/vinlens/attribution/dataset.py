@@ -227,7 +227,10 @@ def _fold(
                 "max_batches applies to an iterable of batches; for ShardedBatches choose the "
                 "shards (ShardedBatches(load, count)) instead."
             )
-        tasks = [_ShardTask(model, sharded, index, request) for index in range(sharded.count)]
+        tasks = [
+            _ShardTask(model, sharded.for_shard(index), index, request)
+            for index in range(sharded.count)
+        ]
         return run_operation(
             tasks,
             _run_shard,
@@ -309,7 +312,7 @@ def camera_image_means(
     pool = check_executor(executor)
     if pool is not None or isinstance(batches, ShardedBatches):
         sharded = _as_shards(batches, pool)
-        tasks = [_MeanShard(sharded, i, batch_images) for i in range(sharded.count)]
+        tasks = [_MeanShard(sharded.for_shard(i), i, batch_images) for i in range(sharded.count)]
         folded = run_operation(
             tasks,
             _run_mean_shard,
