@@ -157,7 +157,8 @@ def test_functions_keep_the_seed_signatures() -> None:
     kw = inspect.Parameter.KEYWORD_ONLY
     pos = inspect.Parameter.POSITIONAL_OR_KEYWORD
     empty = inspect.Parameter.empty
-    # The seed's parameters, then the executor (an addition with a default).
+    # The seed's parameters, then the additions, each keyword-only with a default: the
+    # executor, and for the long scans the cancel token (calls written to the seed work).
     assert params(diagnostics.collect_vin_offline_dataset_stats) == [
         ("store", pos, empty),
         ("max_samples", kw, 512),
@@ -172,6 +173,7 @@ def test_functions_keep_the_seed_signatures() -> None:
         ("max_tars", kw, None),
         ("progress_cb", kw, None),
         ("executor", kw, None),
+        ("cancel", kw, None),
     ]
     assert params(diagnostics.inspect_vin_offline_dataset_stats) == [
         ("request", pos, empty),
