@@ -369,7 +369,7 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
         # path takes over.
         if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
             return False
-        squares = _sum_of_squares(tensor).item()
+        squares = _cpu_sum_of_squares(tensor)
         zeros = _count_zeros(tensor) if low <= 0.0 <= high else 0
     else:
         bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
@@ -435,27 +435,35 @@ _BMM_CHUNK = 1 << 16
 
 
 def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
-    """``sum(x * x)`` as a scalar tensor, accurate for tens of millions of float32s.
+    """``sum(x * x)`` as a scalar tensor of the tensor's dtype, in one reduction.
+
+    For devices (whose reductions are trees) and float64; float32 on the CPU goes through
+    :func:`_cpu_sum_of_squares`, whose one float32 accumulator would not be accurate.
+    """
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+        return torch.dot(flat, flat)
+    squares: torch.Tensor = torch.linalg.vector_norm(tensor).square()
+    return squares
+
+
+def _cpu_sum_of_squares(tensor: torch.Tensor) -> float:
+    """``sum(x * x)`` of a CPU tensor, accurate for tens of millions of float32s.
 
     One float32 accumulator (a BLAS ``sdot``, or ``vector_norm`` on a strided view) loses
-    ~1e-4 to 1e-2 of the sum at tens of millions of elements. On the CPU, float32 input
-    is cut into chunks whose float32 dot products are added in float64 (one batched
-    matmul for large tensors; no temporary but the partials); a strided view goes
-    through one reused buffer of at most :data:`BLOCK_ELEMENTS` elements. Float64 input,
-    and devices (whose reductions are trees), keep one reduction. The result is float64
-    where partials were added, else of the tensor's dtype (callers widen it).
+    ~1e-4 to 1e-2 of the sum at tens of millions of elements. Float32 input is cut into
+    chunks whose float32 dot products are added in float64 on the host (one batched matmul
+    for large tensors; no temporary but the partials); a strided view goes through one
+    reused buffer of at most :data:`BLOCK_ELEMENTS` elements. Float64 input keeps one
+    reduction.
     """
-    if tensor.dtype == torch.float64 or tensor.device.type != "cpu":
-        if tensor.is_contiguous():
-            flat = tensor.view(-1)
-            return torch.dot(flat, flat)
-        squares: torch.Tensor = torch.linalg.vector_norm(tensor).square()
-        return squares
+    if tensor.dtype == torch.float64:
+        return float(_sum_of_squares(tensor))
     if tensor.is_contiguous():
         return _chunked_squares(tensor.view(-1))
     limit = min(BLOCK_ELEMENTS, tensor.numel())
     buffer = torch.empty(limit, dtype=tensor.dtype)
-    total = torch.zeros((), dtype=torch.float64)
+    total = 0.0
     for block in _blocks(tensor, limit):
         flat = buffer[: block.numel()]
         flat.view(block.shape).copy_(block)
@@ -463,24 +471,27 @@ def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _chunked_squares(flat: torch.Tensor) -> torch.Tensor:
-    """Sum of squares of a contiguous 1-d CPU tensor: float32 chunks, added in float64."""
+def _chunked_squares(flat: torch.Tensor) -> float:
+    """Sum of squares of a contiguous 1-d CPU tensor: float32 chunks, added in float64.
+
+    Each partial is read as a Python float (exact for a float32) and added there: for the
+    few chunks of a typical activation that costs less than gathering them on the device.
+    """
     n = flat.numel()
     if n <= _DOT_CHUNK:
-        return torch.dot(flat, flat)
+        return float(torch.dot(flat, flat))
+    total = 0.0
+    start = 0
     # A matmul allowed to drop precision (bf16/tf32 settings) would not be accurate enough.
     if n >= _BMM_ELEMENTS and torch.get_float32_matmul_precision() == "highest":
         chunks = n // _BMM_CHUNK
         rows = flat[: chunks * _BMM_CHUNK].view(chunks, 1, _BMM_CHUNK)
-        parts = [torch.bmm(rows, rows.transpose(1, 2)).view(-1)]
+        total = float(torch.bmm(rows, rows.transpose(1, 2)).to(torch.float64).sum())
         start = chunks * _BMM_CHUNK
-    else:
-        parts = []
-        start = 0
     for begin in range(start, n, _DOT_CHUNK):
         piece = flat[begin : begin + _DOT_CHUNK]
-        parts.append(torch.dot(piece, piece).view(1))
-    return torch.cat(parts).to(torch.float64).sum()
+        total += float(torch.dot(piece, piece))
+    return total
 
 
 # Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero
