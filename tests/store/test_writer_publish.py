@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,10 +135,26 @@ _CHILD_DIES_DELETING_OLD = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
+def _exchange_works_in(directory: Path) -> bool:
+    """Whether this file system swaps two directories atomically (renameat2 EXCHANGE)."""
+    from vinlens.store.writer import _exchange
+
+    a, b = directory / ".probe-a", directory / ".probe-b"
+    a.mkdir()
+    b.mkdir()
+    (a / "was-a").touch()
+    try:
+        return _exchange(a, b) and (b / "was-a").exists()
+    finally:
+        shutil.rmtree(a)
+        shutil.rmtree(b)
+
+
 def test_kill_while_deleting_the_replaced_store_leaves_the_new_store_and_a_temp_sibling(
     tmp_path: Path,
 ) -> None:
+    if not _exchange_works_in(tmp_path):
+        pytest.skip(f"no atomic directory exchange on {sys.platform} at {tmp_path}")
     path = tmp_path / "store"
     old = write_synthetic_store(path, SyntheticStoreSpec(seed=1))
     proc = subprocess.run(
