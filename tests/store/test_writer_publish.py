@@ -83,10 +83,28 @@ def test_killed_writer_leaves_no_store_at_the_path(tmp_path: Path) -> None:
     assert not (temps[0] / "manifest.json").exists()
 
 
+def _exchange_works_in(directory: Path) -> bool:
+    """Whether this file system swaps two directories atomically (renameat2 EXCHANGE)."""
+    from vinlens.store.writer import _exchange
+
+    a, b = directory / ".probe-a", directory / ".probe-b"
+    a.mkdir()
+    b.mkdir()
+    (a / "was-a").touch()
+    try:
+        return _exchange(a, b) and (b / "was-a").exists()
+    finally:
+        shutil.rmtree(a)
+        shutil.rmtree(b)
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.15, 0.4, 0.8])
 def test_killed_replacement_leaves_the_old_store_or_the_complete_new_one(
     tmp_path: Path, delay: float
 ) -> None:
+    if not _exchange_works_in(tmp_path):
+        # Two renames leave a moment with no store at the path (docs/store-format.md).
+        pytest.skip(f"no atomic directory exchange on {sys.platform} at {tmp_path}")
     path = tmp_path / "store"
     old = write_synthetic_store(path, SyntheticStoreSpec(seed=1))
     proc = _spawn_writer(path, replace=True, count=30)
@@ -133,21 +151,6 @@ _CHILD_DIES_DELETING_OLD = textwrap.dedent(
                 candidate_valid=np.ones(4, bool), rri=np.zeros(4, np.float32)))
     """
 )
-
-
-def _exchange_works_in(directory: Path) -> bool:
-    """Whether this file system swaps two directories atomically (renameat2 EXCHANGE)."""
-    from vinlens.store.writer import _exchange
-
-    a, b = directory / ".probe-a", directory / ".probe-b"
-    a.mkdir()
-    b.mkdir()
-    (a / "was-a").touch()
-    try:
-        return _exchange(a, b) and (b / "was-a").exists()
-    finally:
-        shutil.rmtree(a)
-        shutil.rmtree(b)
 
 
 def test_kill_while_deleting_the_replaced_store_leaves_the_new_store_and_a_temp_sibling(
