@@ -98,6 +98,13 @@ describe("model health view", () => {
     expect(el.querySelector(".vl-mh-mode")!.textContent).toBe("Output statistics over 3 batches");
   });
 
+  it("says which outputs were too large to walk entirely", () => {
+    const { model, el } = setup();
+    model.set("health", { ...model.get("health"), walk_truncated: ["enc.0"] });
+    expect(el.querySelector(".vl-mh-mode")!.textContent).toBe(
+      "Output statistics over 3 batches · outputs of enc.0 too large to walk entirely: their statistics cover part of them");
+  });
+
   it("Show in table selects the origin and opens its detail; one model has no 'A' column", () => {
     const { el, model } = setup();
     expect(el.querySelector(".vl-mh-detail")!.textContent).toBe("");

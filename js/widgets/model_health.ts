@@ -27,6 +27,8 @@ export interface HealthPayload {
   } | null;
   first_divergent?: string | null;
   unknown_paths?: string[];
+  /** ActivationStats.walk_truncated: outputs summarized only as far as one walk reached. */
+  walk_truncated?: string[];
   unpaired_paths?: string[];
   batches?: number | null;
 }
@@ -212,12 +214,14 @@ function render({ model, el }: { model: AnyModel<ModelHealthModel>; el: HTMLElem
     originBox.classList.toggle("vl-mh-origin-found", Boolean(origin));
     const unknown = h0.unknown_paths ?? [];
     const unpaired = h0.unpaired_paths ?? [];
+    const truncated = h0.walk_truncated ?? [];
     const batches = h0.batches == null ? "" : ` over ${formatNumber(h0.batches)} batch${h0.batches === 1 ? "" : "es"}`;
     modeNote.textContent = (h0.mode === "diff"
       ? "A vs B" + (h0.first_divergent ? ` · first divergent: ${h0.first_divergent}` : " · no divergence")
       : h0.mode === "stats" ? `Output statistics${batches}` : "No statistics yet")
       + (unpaired.length ? ` · ${unpaired.length} module(s) in only one model` : "")
-      + (unknown.length ? ` · ${unknown.length} record path(s) not in this model` : "");
+      + (unknown.length ? ` · ${unknown.length} record path(s) not in this model` : "")
+      + (truncated.length ? ` · outputs of ${truncated.join(", ")} too large to walk entirely: their statistics cover part of them` : "");
   }
 
   function showDetail(): void {

@@ -132,6 +132,30 @@ def test_a_nan_past_the_walk_limit_is_never_silent() -> None:
     assert_no_hooks(model, later)
 
 
+def test_activation_stats_say_which_outputs_were_not_walked_entirely() -> None:
+    import pickle
+
+    from vinlens.health import ActivationAccumulator
+
+    count = MAX_WALK_NODES + 904
+    model = nn.Sequential(nn.Linear(3, 3), ManyOutputs(count, nan_last=False), First())
+    x = torch.randn(2, 3)
+    stats = collect_activation_stats(model, [x, x])
+    assert stats.walk_truncated == ("1",)  # only the list output; the rest were whole
+    # The summary covers the tensors the walk reached, never more than it visited.
+    assert stats.modules["1"].count < 2 * count * x.numel()  # 2 batches
+    small = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    assert collect_activation_stats(small, [x]).walk_truncated == ()
+    # Partials carry it through pickling (workers) and merging, in first-seen order.
+    a, b = ActivationAccumulator(), ActivationAccumulator()
+    a.update("p", torch.ones(2))
+    b.update("q", [torch.ones(1)] * count)
+    b.update("p", [torch.ones(1)] * count)
+    merged = a.merge(pickle.loads(pickle.dumps(b))).finish()
+    assert merged.walk_truncated == ("q", "p")
+    assert_no_hooks(model, small)
+
+
 def _dropout_net() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))

@@ -53,6 +53,7 @@ def test_stats_are_columns_aligned_with_the_module_rows():
     paths = [m.path for m in inspect_model(model).modules]
     health = widget.health
     assert health["mode"] == "stats" and health["batches"] == 2 and health["origin"] is None
+    assert health["walk_truncated"] == list(stats.walk_truncated) == []
     mean, std = column(health, "a_mean"), column(health, "a_std")
     has_a = column(health, "has_a")
     for path, summary in stats.modules.items():

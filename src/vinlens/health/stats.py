@@ -47,10 +47,14 @@ class ActivationStats:
         modules: Module path to the summary of all its outputs over every call and batch,
             in order of each path's first return.
         batches: Number of batches that ran.
+        walk_truncated: Paths whose outputs held more containers and tensors than one walk
+            visits (``MAX_WALK_NODES`` nodes, ``MAX_WALK_DEPTH`` levels), in order of first
+            truncation: their summaries cover only the tensors that walk reached.
     """
 
     modules: Mapping[str, TensorSummary]
     batches: int
+    walk_truncated: tuple[str, ...] = ()
 
 
 class ActivationAccumulator:
@@ -64,16 +68,18 @@ class ActivationAccumulator:
 
     def __init__(self) -> None:
         self._modules: dict[str, SummaryAccumulator] = {}
+        self._truncated: dict[str, None] = {}
         self.batches = 0
         # A container's output is usually its last child's tensor: reduced once.
         self._cache = SummaryCache()
 
     def __getstate__(self) -> dict[str, object]:
         # The per-forward cache holds weak references; accumulators travel without it.
-        return {"_modules": self._modules, "batches": self.batches}
+        return {"_modules": self._modules, "_truncated": self._truncated, "batches": self.batches}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._modules = state["_modules"]
+        self._truncated = state.get("_truncated", {})
         self.batches = state["batches"]
         self._cache = SummaryCache()
 
@@ -82,7 +88,10 @@ class ActivationAccumulator:
         accumulator = self._modules.get(module_path)
         if accumulator is None:
             accumulator = self._modules[module_path] = SummaryAccumulator()
-        for _, tensor in floating_tensors(value, "output"):
+        truncated = self._truncated
+        for _, tensor in floating_tensors(
+            value, "output", truncated=lambda: truncated.setdefault(module_path, None)
+        ):
             accumulator.merge(self._cache.moments(reducible(tensor)))
         return self
 
@@ -98,13 +107,19 @@ class ActivationAccumulator:
             if mine is None:
                 mine = self._modules[path] = SummaryAccumulator()
             mine.merge(accumulator)
+        for path in other._truncated:
+            self._truncated.setdefault(path, None)
         self.batches += other.batches
         return self
 
     def finish(self) -> ActivationStats:
         """The statistics of everything added so far."""
         modules = {path: acc.finish() for path, acc in self._modules.items()}
-        return ActivationStats(modules=types.MappingProxyType(modules), batches=self.batches)
+        return ActivationStats(
+            modules=types.MappingProxyType(modules),
+            batches=self.batches,
+            walk_truncated=tuple(self._truncated),
+        )
 
 
 def _default_run(model: nn.Module, batch: Any) -> object:

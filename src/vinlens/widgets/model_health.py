@@ -78,6 +78,7 @@ def health_payload(
         "unknown_paths": sorted(set(unknown)),
         "unpaired_paths": [] if diff is None else list(diff.unpaired_paths),
         "batches": None if stats is None else int(stats.batches),
+        "walk_truncated": [] if stats is None else list(stats.walk_truncated),
     }
 
 
