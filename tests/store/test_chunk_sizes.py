@@ -10,7 +10,7 @@ import dataclasses
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -18,8 +18,7 @@ from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.errors import CorruptChunkError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.synthetic import SyntheticStoreSpec, make_synthetic_samples
-from vinlens.store.writer import VinOfflineStoreWriter
+from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 
 SPEC = SyntheticStoreSpec(
     num_scenes=3, snippets_per_scene=2, samples_per_snippet=4, num_candidates=12, rows_per_shard=8
@@ -27,16 +26,8 @@ SPEC = SyntheticStoreSpec(
 CHUNK = "shards/00001/arrays/rri/c/0/0"
 
 
-def _store(root: Path, compressor: str | None = None) -> Path:
-    with VinOfflineStoreWriter(
-        root,
-        num_candidates=SPEC.num_candidates,
-        rows_per_shard=SPEC.rows_per_shard,
-        compressor=compressor,
-        fsync=False,
-    ) as writer:
-        writer.add_batch(make_synthetic_samples(SPEC))
-    return root
+def _store(root: Path, compressor: Literal["zstd"] | None = None) -> Path:
+    return write_synthetic_store(root, SPEC, compressor=compressor).store_dir
 
 
 def _resize(path: Path, how: str) -> None:

@@ -13,7 +13,7 @@ import io
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -26,8 +26,7 @@ from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.errors import MissingChunksError, StoreReplacedError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.synthetic import SyntheticStoreSpec, make_synthetic_samples
-from vinlens.store.writer import VinOfflineStoreWriter
+from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,16 +42,8 @@ SHARD = "00001"
 CHUNK = f"shards/{SHARD}/arrays/rri/c/0/0"
 
 
-def _store(root: Path, compressor: str | None) -> Path:
-    with VinOfflineStoreWriter(
-        root,
-        num_candidates=SPEC.num_candidates,
-        rows_per_shard=SPEC.rows_per_shard,
-        compressor=compressor,
-        fsync=False,
-    ) as writer:
-        writer.add_batch(make_synthetic_samples(SPEC))
-    return root
+def _store(root: Path, compressor: Literal["zstd"] | None) -> Path:
+    return write_synthetic_store(root, SPEC, compressor=compressor).store_dir
 
 
 @pytest.fixture(params=[None, "zstd"], ids=["raw", "zstd"])

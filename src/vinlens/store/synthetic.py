@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -301,6 +302,7 @@ def write_synthetic_samples(
     rows_per_shard: int = 8,
     replace: bool = False,
     fsync: bool = False,
+    compressor: Literal["zstd"] | None = None,
 ) -> Path:
     """Publish ``samples`` (e.g. :func:`make_synthetic_samples` with a planted change) as a store.
 
@@ -314,6 +316,7 @@ def write_synthetic_samples(
         rows_per_shard=rows_per_shard,
         replace=replace,
         fsync=fsync,
+        compressor=compressor,
     ) as writer:
         previous: frozenset[str] | None = None
         for sample in samples:
@@ -331,8 +334,10 @@ def write_synthetic_store(
     *,
     replace: bool = False,
     fsync: bool = False,
+    compressor: Literal["zstd"] | None = None,
 ) -> SyntheticStoreRecord:
-    """Generate and publish a synthetic store at ``store_dir`` (see :class:`SyntheticStoreSpec`)."""
+    """Generate and publish a synthetic store at ``store_dir`` (see :class:`SyntheticStoreSpec`);
+    ``compressor`` as for :class:`~vinlens.store.writer.VinOfflineStoreWriter`."""
     spec = spec or SyntheticStoreSpec()
     samples = make_synthetic_samples(spec)
     write_synthetic_samples(
@@ -343,6 +348,7 @@ def write_synthetic_store(
         rows_per_shard=spec.rows_per_shard,
         replace=replace,
         fsync=fsync,
+        compressor=compressor,
     )
     with VinOfflineStoreReader(store_dir) as reader:
         shard_ids = reader.manifest.shard_ids
