@@ -12,31 +12,33 @@ export function themeVar(style: CSSStyleDeclaration, name: string, literal: stri
 
 export type Scheme = "light" | "dark";
 
-// Attributes hosts mark their theme with, watched on <html> and <body>.
-const HOST_ATTRIBUTES = [
-  "class", "theme", "data-theme", "data-bs-theme", "data-mode", "data-color-mode",
-  "data-vscode-theme-kind", "data-jp-theme-light", "data-jp-theme-name",
+// Attributes whose value is "dark" or "light": Colab (`theme`), PyData Sphinx, Bootstrap
+// and others.
+const VALUE_ATTRIBUTES = ["theme", "data-theme", "data-bs-theme", "data-mode", "data-color-mode"];
+// Classes, checked in this order: VS Code's (light first: `vscode-high-contrast-light`
+// also has no `vscode-dark`), then marimo's and Tailwind-style pages'.
+const CLASS_SCHEMES: readonly (readonly [string, Scheme])[] = [
+  ["vscode-light", "light"], ["vscode-high-contrast-light", "light"],
+  ["vscode-dark", "dark"], ["vscode-high-contrast", "dark"],
+  ["dark", "dark"], ["dark-theme", "dark"], ["theme-dark", "dark"],
+  ["light", "light"], ["light-theme", "light"], ["theme-light", "light"],
 ];
+// Everything markedScheme reads, watched on <html> and <body>.
+const HOST_ATTRIBUTES = ["class", "data-vscode-theme-kind", "data-jp-theme-light", ...VALUE_ATTRIBUTES];
 
 /**
  * The scheme an element's own marks ask for, or null. JupyterLab:
- * `data-jp-theme-light`; VS Code: `vscode-dark` / `vscode-high-contrast` /
- * `vscode-light` classes and `data-vscode-theme-kind`; marimo and Tailwind-style pages:
- * `dark` / `dark-theme` / `light` classes; Colab: `theme="dark"`; PyData Sphinx, Bootstrap
- * and others: `data-theme`, `data-bs-theme`, `data-mode`, `data-color-mode`.
+ * `data-jp-theme-light`; VS Code: `data-vscode-theme-kind` and its `vscode-*` classes;
+ * then the classes and attributes above.
  */
 export function markedScheme(node: Element): Scheme | null {
   const jp = node.getAttribute("data-jp-theme-light");
-  if (jp === "true") return "light";
-  if (jp === "false") return "dark";
+  if (jp === "true" || jp === "false") return jp === "true" ? "light" : "dark";
   const kind = node.getAttribute("data-vscode-theme-kind");
   if (kind) return kind === "vscode-light" || kind === "vscode-high-contrast-light" ? "light" : "dark";
-  const cls = node.classList;
-  if (cls.contains("vscode-light") || cls.contains("vscode-high-contrast-light")) return "light";
-  if (cls.contains("vscode-dark") || cls.contains("vscode-high-contrast")) return "dark";
-  if (cls.contains("dark") || cls.contains("dark-theme") || cls.contains("theme-dark")) return "dark";
-  if (cls.contains("light") || cls.contains("light-theme") || cls.contains("theme-light")) return "light";
-  for (const name of ["theme", "data-theme", "data-bs-theme", "data-mode", "data-color-mode"]) {
+  const byClass = CLASS_SCHEMES.find(([name]) => node.classList.contains(name));
+  if (byClass) return byClass[1];
+  for (const name of VALUE_ATTRIBUTES) {
     const value = node.getAttribute(name)?.toLowerCase();
     if (value === "dark" || value === "light") return value;
   }
