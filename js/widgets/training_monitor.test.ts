@@ -14,7 +14,7 @@ const EVENT: NonFiniteEvent = {
   step: 150,
   origin: {
     module_path: "1", call_index: 0, grad_outputs: [trace(0)], grad_inputs: [trace(3)],
-    parameter_paths: ["1.weight"], propagated_to: ["0"], forward_origin: null,
+    parameter_paths: ["1.weight"], propagated_to: ["0"], forward_origin: null, entered_nonfinite: false,
   },
 };
 
@@ -69,7 +69,7 @@ describe("log heatmap", () => {
   it("names the origin of an event", () => {
     expect(originText(EVENT)).toBe("Step 150: gradient first non-finite in 1 (call 0): incoming finite, to its inputs 3 NaN; parameters 1.weight.");
     expect(originText({ step: 3, origin: null })).toContain("the replay stayed finite");
-    const entered = { ...EVENT.origin!, parameter_paths: [], grad_outputs: EVENT.origin!.grad_inputs };
+    const entered = { ...EVENT.origin!, parameter_paths: [], grad_outputs: EVENT.origin!.grad_inputs, entered_nonfinite: true };
     expect(originText({ step: 9, origin: entered })).toBe(
       "Step 9: the gradient was already non-finite where it entered the model (3 NaN; made by the loss or code outside the modules), first reaching 1 (call 0).");
     const forward = { ...EVENT.origin!, forward_origin: { module_path: "1", call_index: 0, input_nonfinite: false } };

@@ -25,6 +25,8 @@ export interface GradientOrigin {
   parameter_paths: string[];
   propagated_to: string[];
   forward_origin: { module_path: string; call_index: number; input_nonfinite: boolean } | null;
+  /** GradientOrigin.entered_nonfinite: the gradient was already NaN/Inf entering the model. */
+  entered_nonfinite: boolean;
 }
 export interface NonFiniteEvent { step: number; origin: GradientOrigin | null }
 
@@ -118,11 +120,10 @@ export function originText(event: NonFiniteEvent): string {
     const how = o.forward_origin.input_nonfinite ? "received NaN/Inf inputs" : "made NaN/Inf in the forward";
     return `Step ${event.step}: ${o.module_path} (call ${o.call_index}) ${how}; the backward only spread it.`;
   }
-  const incoming = nonFiniteText(o.grad_outputs);
-  if (incoming !== "finite" && incoming !== "none seen") {
-    // GradientOrigin.entered_nonfinite: no module's backward made it, the loss did.
+  if (o.entered_nonfinite) {
+    // No module's backward made it: the loss (or code outside the modules) did.
     return `Step ${event.step}: the gradient was already non-finite where it entered the model `
-      + `(${incoming}; made by the loss or code outside the modules), first reaching ${o.module_path} (call ${o.call_index}).`;
+      + `(${nonFiniteText(o.grad_outputs)}; made by the loss or code outside the modules), first reaching ${o.module_path} (call ${o.call_index}).`;
   }
   const params = o.parameter_paths.length ? `; parameters ${o.parameter_paths.join(", ")}` : "";
   return `Step ${event.step}: gradient first non-finite in ${o.module_path} (call ${o.call_index}): `

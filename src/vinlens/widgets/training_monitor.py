@@ -32,6 +32,15 @@ __all__ = ["TrainingMonitorWidget", "monitor_payload", "precision_payload"]
 HEATMAP_FIELDS = ("grad_norm", "std")
 
 
+def _event_payload(event: Any) -> dict[str, Any]:
+    """A ``NonFiniteEvent`` as sent, with the origin's ``entered_nonfinite`` (a property,
+    which ``to_jsonable`` does not carry) so the browser reads the engine's answer."""
+    payload: dict[str, Any] = to_jsonable(event)
+    if event.origin is not None:
+        payload["origin"]["entered_nonfinite"] = bool(event.origin.entered_nonfinite)
+    return payload
+
+
 def monitor_payload(monitor: Any) -> dict[str, Any]:
     """What the browser draws of ``monitor``: the heatmaps, the events, the counters."""
     grad_norm, std = monitor.history_matrices(HEATMAP_FIELDS)
@@ -41,7 +50,7 @@ def monitor_payload(monitor: Any) -> dict[str, Any]:
         "steps": encode_array(np.asarray(grad_norm.steps, dtype=np.int64)),
         "grad_norm": encode_array(grad_norm.values.astype(np.float32)),
         "std": encode_array(std.values.astype(np.float32)),
-        "events": [to_jsonable(event) for event in events],
+        "events": [_event_payload(event) for event in events],
         "steps_run": int(monitor.step),
         "every": int(monitor.every),
         "on_nonfinite": monitor.on_nonfinite,
