@@ -2,16 +2,16 @@
 
 A summary reads every element of a floating tensor through reductions on the
 tensor as it is (strided, permuted, sliced) and moves only a handful of scalars
-to the host; the tensor is never copied to the host or to a contiguous buffer.
+to the host; the tensor is never copied whole (at most one bounded block at a time).
 
-* float32/float64: four to six reductions (sum, sum of squares, min, max, and when
-  0 lies within [min, max] a count of non-zero bit patterns),
-  no temporary the size of the tensor, one host transfer of five scalars. When
-  any of them comes back non-finite (a NaN or an infinity, or a sum of squares
-  that overflows), the tensor takes the blockwise path below instead. A
-  finite tensor whose mean dominates its spread (where a one-pass variance
-  would lose it) gets its mean and sum of squared deviations from an exact
-  mask-free two-pass in float64, one bounded block at a time.
+* float32/float64 on the CPU: one read of the tensor, a bounded block at a time, into
+  float64 (sum, sum of squares, min, max, and a zero count when 0 lies in a block's
+  range), so every sum accumulates in float64 whatever the CPU's float32 kernels do;
+  on a device, five or six reductions and one host transfer. When a value comes back
+  non-finite (a NaN or an infinity, or a sum of squares that overflows), the tensor
+  takes the blockwise path below instead. A finite tensor whose mean dominates its
+  spread (where a one-pass variance would lose it) gets its mean and sum of squared
+  deviations from an exact mask-free two-pass in float64, one bounded block at a time.
 * Other floating dtypes (float16, bfloat16, float8) and tensors holding NaN or
   infinities: the tensor is read in views of at most :data:`BLOCK_ELEMENTS`
   elements; each block's finite values are widened to float64 (a temporary of
@@ -357,20 +357,17 @@ def _unexpanded(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
 def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bool:
     """Reductions on the whole strided view; False (nothing added) when a value is not finite.
 
-    On the CPU each reduction's scalar is read at once, so a NaN skips the rest and
-    the zero count runs only when 0 lies within [min, max]; on a device all of them
-    are queued and read in one transfer.
+    On the CPU the moments accumulate in float64 block by block (:func:`_cpu_moments`),
+    so a NaN stops the read at its block and the zero count runs only for blocks whose
+    range holds 0; on a device all reductions are queued and read in one transfer.
     """
     if tensor.device.type == "cpu":
-        total = tensor.sum().item()
-        low = tensor.amin().item()
-        high = tensor.amax().item()
-        # A NaN or an infinity makes the sum or an extreme non-finite: the exact blockwise
-        # path takes over.
-        if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+        moments = _cpu_moments(tensor)
+        # A NaN or an infinity makes a float64 block sum non-finite (finite float32 or
+        # float64 values cannot overflow it): the exact blockwise path takes over.
+        if moments is None:
             return False
-        squares = _cpu_sum_of_squares(tensor)
-        zeros = _count_zeros(tensor) if low <= 0.0 <= high else 0
+        total, squares, low, high, zeros = moments
     else:
         bits = tensor.view(_SAME_SIZE_INT[tensor.dtype])
         values: list[float] = torch.stack(
@@ -416,7 +413,11 @@ def _finite_two_pass(tensor: torch.Tensor) -> tuple[float, float]:
     rows: list[torch.Tensor] = []
     sizes: list[int] = []
     for block in _blocks(tensor, BLOCK_ELEMENTS):
-        wide = block.to(torch.float64)  # at most one block (the source itself if float64)
+        if block.dtype == torch.float64:
+            wide = block
+        else:  # at most one block; empty + copy_ is several times faster than .to()
+            wide = torch.empty(block.shape, dtype=torch.float64, device=block.device)
+            wide.copy_(block)
         mean = wide.mean()
         deviations = (wide - mean).reshape(-1)  # a new block: the source is never modified
         rows.append(torch.stack([mean, torch.dot(deviations, deviations)]))
@@ -427,19 +428,9 @@ def _finite_two_pass(tensor: torch.Tensor) -> tuple[float, float]:
     return moments.mean, moments.m2
 
 
-#: Elements per float32 partial dot product (a BLAS sdot of 2**18 errs ~1e-7 relative).
-_DOT_CHUNK = 1 << 18
-#: From this many elements on, the partials are one batched matmul of smaller chunks.
-_BMM_ELEMENTS = 1 << 22
-_BMM_CHUNK = 1 << 16
-
-
 def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
-    """``sum(x * x)`` as a scalar tensor of the tensor's dtype, in one reduction.
-
-    For devices (whose reductions are trees) and float64; float32 on the CPU goes through
-    :func:`_cpu_sum_of_squares`, whose one float32 accumulator would not be accurate.
-    """
+    """``sum(x * x)`` as a scalar tensor of the tensor's dtype, in one reduction (devices:
+    their reductions are trees; the CPU goes through :func:`_cpu_moments`)."""
     if tensor.is_contiguous():
         flat = tensor.view(-1)
         return torch.dot(flat, flat)
@@ -447,51 +438,70 @@ def _sum_of_squares(tensor: torch.Tensor) -> torch.Tensor:
     return squares
 
 
-def _cpu_sum_of_squares(tensor: torch.Tensor) -> float:
-    """``sum(x * x)`` of a CPU tensor, accurate for tens of millions of float32s.
+def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int] | None:
+    """Sum, sum of squares, min, max and zero count of a CPU float32/float64 tensor, with
+    float64 accumulation on every CPU and BLAS kernel; None when a value is not finite.
 
-    One float32 accumulator (a BLAS ``sdot``, or ``vector_norm`` on a strided view) loses
-    ~1e-4 to 1e-2 of the sum at tens of millions of elements. Float32 input is cut into
-    chunks whose float32 dot products are added in float64 on the host (one batched matmul
-    for large tensors; no temporary but the partials); a strided view goes through one
-    reused buffer of at most :data:`BLOCK_ELEMENTS` elements. Float64 input keeps one
-    reduction.
+    The tensor is read once, one bounded block at a time, into a float64 buffer allocated
+    once (float32 widens exactly; a contiguous float64 block is used in place); each block
+    is reduced there (sum, dot, aminmax, and a zero count only when 0 lies in its range)
+    and the block results are added as Python floats. Every float64 reduction, in whatever
+    order a kernel adds, errs by at most ``gamma_k * sum(|x|)`` (``gamma_k = k u / (1 - k
+    u)``, ``u = 2**-53``, ``k`` the block's elements; Higham, *Accuracy and Stability of
+    Numerical Algorithms*, 3.1), so the accuracy of the moments is a property of this
+    algorithm, not of one machine's float32 rounding (a float32 ``sdot``/``bmm`` chunk
+    sum erred 1e-7 relative on one CPU and 4e-7 on another).
     """
-    if tensor.dtype == torch.float64:
-        return float(_sum_of_squares(tensor))
-    if tensor.is_contiguous():
-        return _chunked_squares(tensor.view(-1))
-    limit = min(BLOCK_ELEMENTS, tensor.numel())
-    buffer = torch.empty(limit, dtype=tensor.dtype)
-    total = 0.0
-    for block in _blocks(tensor, limit):
-        flat = buffer[: block.numel()]
-        flat.view(block.shape).copy_(block)
-        total += _chunked_squares(flat)
-    return total
+    if tensor.numel() <= BLOCK_ELEMENTS:  # the common activation: one block, no loop
+        if tensor.dtype == torch.float64 and tensor.is_contiguous():
+            return _block_moments(tensor.view(-1), owned=False)
+        # empty + copy_: Tensor.to(float64) is several times slower on the CPU.
+        wide = torch.empty(tensor.shape, dtype=torch.float64)
+        wide.copy_(tensor)
+        return _block_moments(wide.view(-1), owned=True)
+    buffer: torch.Tensor | None = None
+    total = squares = 0.0
+    low, high = math.inf, -math.inf
+    zeros = 0
+    for block in _blocks(tensor, BLOCK_ELEMENTS):
+        if block.dtype == torch.float64 and block.is_contiguous():
+            found = _block_moments(block.reshape(-1), owned=False)
+        else:
+            if buffer is None:
+                buffer = torch.empty(BLOCK_ELEMENTS, dtype=torch.float64)
+            wide = buffer[: block.numel()]
+            wide.view(block.shape).copy_(block)
+            found = _block_moments(wide, owned=True)
+        if found is None:
+            return None
+        total += found[0]
+        squares += found[1]
+        low, high = min(low, found[2]), max(high, found[3])
+        zeros += found[4]
+    return total, squares, low, high, zeros
 
 
-def _chunked_squares(flat: torch.Tensor) -> float:
-    """Sum of squares of a contiguous 1-d CPU tensor: float32 chunks, added in float64.
-
-    Each partial is read as a Python float (exact for a float32) and added there: for the
-    few chunks of a typical activation that costs less than gathering them on the device.
-    """
-    n = flat.numel()
-    if n <= _DOT_CHUNK:
-        return float(torch.dot(flat, flat))
-    total = 0.0
-    start = 0
-    # A matmul allowed to drop precision (bf16/tf32 settings) would not be accurate enough.
-    if n >= _BMM_ELEMENTS and torch.get_float32_matmul_precision() == "highest":
-        chunks = n // _BMM_CHUNK
-        rows = flat[: chunks * _BMM_CHUNK].view(chunks, 1, _BMM_CHUNK)
-        total = float(torch.bmm(rows, rows.transpose(1, 2)).to(torch.float64).sum())
-        start = chunks * _BMM_CHUNK
-    for begin in range(start, n, _DOT_CHUNK):
-        piece = flat[begin : begin + _DOT_CHUNK]
-        total += float(torch.dot(piece, piece))
-    return total
+def _block_moments(
+    wide: torch.Tensor, *, owned: bool
+) -> tuple[float, float, float, float, int] | None:
+    """Float64 sum, sum of squares, min, max and zeros of a 1-d float64 block; None when a
+    value is not finite. ``owned``: the block is our own copy, which may be overwritten."""
+    total = float(wide.sum())
+    if not math.isfinite(total):
+        return None
+    block_low, block_high = torch.aminmax(wide)
+    low, high = float(block_low), float(block_high)
+    squares = float(torch.dot(wide, wide))
+    zeros = 0
+    if low <= 0.0 <= high:
+        if owned:
+            # +0.0 is the all-zero bit pattern; |x| clears the sign bit of -0.0 (in place,
+            # in our own copy).
+            magnitudes = torch.abs(wide, out=wide).view(torch.int64)
+            zeros = wide.numel() - int(torch.count_nonzero(magnitudes))
+        else:
+            zeros = _count_zeros(wide)
+    return total, squares, low, high, zeros
 
 
 # Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero
