@@ -19,7 +19,8 @@ activation is copied to the host.
 * :func:`precision_headroom`: how far each module's outputs are from float16/bfloat16
   overflow and underflow (:mod:`vinlens.health.precision`).
 * :class:`TrainingMonitor`: a per-step finiteness check with replay to the gradient
-  origin, and sampled per-module history (:mod:`vinlens.health.monitor`).
+  origin, and sampled per-module history (:mod:`vinlens.health.monitor`), written to a
+  run log with ``log_dir=`` and read back with :func:`open_run` (:mod:`vinlens.health.runlog`).
 
 Shared records and helpers live in :mod:`vinlens.health.summaries`.
 """
@@ -41,6 +42,7 @@ from vinlens.health.monitor import (
 )
 from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
 from vinlens.health.precision import ModulePrecision, PrecisionReport, precision_headroom
+from vinlens.health.runlog import RunLogError, StepSeries, TrainingRun, open_run
 from vinlens.health.stats import ActivationAccumulator, ActivationStats, collect_activation_stats
 from vinlens.health.summaries import TensorTrace
 from vinlens.model_inspection import TensorSummary
@@ -61,14 +63,18 @@ __all__ = [
     "NonFiniteGradientError",
     "NonFiniteOrigin",
     "PrecisionReport",
+    "RunLogError",
+    "StepSeries",
     "TensorSummary",
     "TensorTrace",
     "TrainingHistory",
     "TrainingMonitor",
+    "TrainingRun",
     "collect_activation_stats",
     "compare_models",
     "find_nonfinite_gradient_origin",
     "find_nonfinite_origin",
     "most_drifted",
+    "open_run",
     "precision_headroom",
 ]

@@ -16,13 +16,14 @@ over every sampled step, so memory does not grow with the length of the run.
 from __future__ import annotations
 
 import math
+import os
 import random
 import threading
 import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +34,9 @@ from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
+
+if TYPE_CHECKING:
+    from vinlens.health.runlog.writer import RunLogWriter
 
 __all__ = [
     "HISTORY_SAMPLES",
@@ -92,10 +96,13 @@ class NonFiniteEvent:
         origin: Where the replayed step's gradients first became non-finite; None when
             the replay stayed finite (a step that does not repeat given the same random
             state and inputs).
+        rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
+            it is not initialized.
     """
 
     step: int
     origin: GradientOrigin | None
+    rank: int = 0
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -303,6 +310,10 @@ class TrainingMonitor:
         on_nonfinite: ``"raise"`` raises :class:`NonFiniteGradientError` after recording a
             non-finite step (before the caller's optimizer step, so the weights stay
             finite); ``"record"`` records it and returns normally.
+        log_dir: A directory (a path or an fsspec URL such as ``s3://bucket/runs/exp42``)
+            the monitor appends its run log to (see :mod:`vinlens.health.runlog`); read
+            it with :func:`vinlens.health.open_run`. None keeps everything in memory.
+        storage_options: fsspec options for a ``log_dir`` URL.
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -317,6 +328,8 @@ class TrainingMonitor:
         every: int = 100,
         module_paths: Sequence[str] | None = None,
         on_nonfinite: Literal["raise", "record"] = "raise",
+        log_dir: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -345,6 +358,15 @@ class TrainingMonitor:
         self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), _GRAD_NORM + 1), math.nan)
         self._totals = MonitorTotals(self.module_paths)
         self._listeners: list[Callable[[TrainingMonitor], None]] = []
+        self.rank = _rank()
+        self._log: RunLogWriter | None = None
+        self._last_norm = math.nan
+        if log_dir is not None:
+            from vinlens.health.runlog.writer import open_monitor_log
+
+            self._log = open_monitor_log(
+                self, log_dir, storage_options, (*_SUMMARY_FIELDS, "grad_norm")
+            )
 
     # ------------------------------------------------------------------ the loop
 
@@ -389,19 +411,43 @@ class TrainingMonitor:
         if sampled:
             assert outputs is not None
             finite = self._record_sample(step, outputs, grads)
-        else:
+        elif self._log is None:
             finite = _all_finite(grads)
+        else:
+            finite, self._last_norm = _finite_norm(grads)
+        if self._log is not None:
+            self._log.check()
+            self._log.step(step, self._last_norm, _loss(result))
         if not finite:
             origin = _replay(self.model, self._parameters, step_fn, rng)
-            event = NonFiniteEvent(step, origin)
+            event = NonFiniteEvent(step, origin, self.rank)
             with self._lock:
                 self._events.append(event)
+            if self._log is not None:
+                self._log.event({"step": step, "rank": self.rank, "origin": origin})
             self._notify()
             if self.on_nonfinite == "raise":
                 raise NonFiniteGradientError(event)
         elif sampled:
             self._notify()
         return result
+
+    # ------------------------------------------------------------------ run log
+
+    def close(self) -> None:
+        """Flush the run log and close it (nothing to do without ``log_dir``; idempotent).
+
+        Raises:
+            RunLogError: the log's destination refused the last records.
+        """
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> TrainingMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ history
 
@@ -430,6 +476,9 @@ class TrainingMonitor:
             self._ring[slot] = block
             self._samples += 1
             self._totals.update((outputs, module_norms))
+        if self._log is not None:
+            self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
+            self._log.sample(step, block)
         return finite
 
     def _order(self) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -557,6 +606,32 @@ def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
     if all(math.isfinite(norms.sum().item()) for _, norms in groups):
         return True
     return all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+
+
+def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
+    """Whether every gradient is finite, and the global L2 norm (one read per group)."""
+    squares = 0.0
+    for _, norms in _grouped_norms(grads):
+        squares += norms.double().square().sum().item()
+    if math.isfinite(squares):
+        return True, math.sqrt(squares)
+    finite = all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+    return finite, math.inf if finite else math.nan
+
+
+def _loss(result: object) -> float:
+    """The loss a step returned (a scalar tensor or a number), NaN otherwise."""
+    if isinstance(result, torch.Tensor) and result.numel() == 1:
+        return float(result.detach())
+    if isinstance(result, int | float) and not isinstance(result, bool):
+        return float(result)
+    return math.nan
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:

@@ -1,0 +1,14 @@
+"""The training flight recorder: a run log a notebook opens while it grows.
+
+``TrainingMonitor(log_dir=...)`` writes, per rank, segments of length-prefixed,
+CRC-checked records (:mod:`~vinlens.health.runlog.format`, written by
+:mod:`~vinlens.health.runlog.writer`); :func:`open_run` reads them back as the monitor's
+own records (:mod:`~vinlens.health.runlog.reader`).
+"""
+
+from __future__ import annotations
+
+from vinlens.health.runlog.reader import StepSeries, TrainingRun, open_run
+from vinlens.health.runlog.writer import DEFAULT_FLUSH_INTERVAL, RunLogError
+
+__all__ = ["DEFAULT_FLUSH_INTERVAL", "RunLogError", "StepSeries", "TrainingRun", "open_run"]

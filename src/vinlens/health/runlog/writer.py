@@ -1,0 +1,300 @@
+"""The writing side of a run log: one :class:`RunLogWriter` per process (rank).
+
+Records are buffered in memory and reach the directory at least every
+``flush_interval`` seconds (events at once). On a local path the writer appends whole
+records to its current segment and rotates it past ``segment_bytes``; on object storage
+(an fsspec URL: no append) every flush writes one new segment object, so each object is
+whole when it appears. A killed writer leaves whole records and at most one torn tail.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vinlens.health.runlog.format import EVENT, META, SAMPLE, STEPS, encode_json, encode_record
+
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL",
+    "RunLogError",
+    "RunLogWriter",
+    "rank_dir_name",
+    "segment_name",
+    "split_log_dir",
+]
+
+#: Seconds a record may wait in the writer's buffer before it reaches the directory.
+DEFAULT_FLUSH_INTERVAL = 2.0
+#: A local segment is closed and a new one started past this size.
+DEFAULT_SEGMENT_BYTES = 64 << 20
+#: The buffer is written out early past this size (the writer's memory stays flat).
+_BUFFER_BYTES = 8 << 20
+_SEGMENT_PREFIX = "seg-"
+_SEGMENT_SUFFIX = ".vlr"
+
+
+class RunLogError(OSError):
+    """The run log's destination refused a write (full, gone, no permission).
+
+    The monitor's in-memory history and events are kept; the writer stops writing.
+    """
+
+
+def rank_dir_name(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def segment_name(seq: int) -> str:
+    return f"{_SEGMENT_PREFIX}{seq:08d}{_SEGMENT_SUFFIX}"
+
+
+def segment_seq(name: str) -> int | None:
+    """The sequence number of a segment file name, None for any other file."""
+    if not (name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)):
+        return None
+    digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
+    return int(digits) if digits.isdigit() else None
+
+
+def split_log_dir(
+    log_dir: str | os.PathLike[str], storage_options: Mapping[str, Any] | None
+) -> tuple[Any, str]:
+    """``(fsspec filesystem or None for a local path, root path)``."""
+    if isinstance(log_dir, os.PathLike):
+        log_dir = os.fspath(log_dir)
+    if not isinstance(log_dir, str) or not log_dir:
+        raise TypeError(f"log_dir must be a path or an fsspec URL, got {log_dir!r}")
+    if "://" not in log_dir or log_dir.startswith("file://"):
+        if storage_options:
+            raise ValueError(
+                f"storage_options are for fsspec URLs (s3://...), not the local path {log_dir!r}"
+            )
+        return None, str(Path(log_dir.removeprefix("file://")).absolute())
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(log_dir, **dict(storage_options or {}))
+    return fs, str(root).rstrip("/")
+
+
+@dataclass
+class _Pending:
+    records: bytearray
+    steps: list[int]
+    norms: list[float]
+    losses: list[float]
+
+
+class RunLogWriter:
+    """Append a monitor's records to ``log_dir/rank-RRRRR/seg-NNNNNNNN.vlr``.
+
+    Raises:
+        RunLogError: the destination cannot be written (on the call that wrote).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None,
+        rank: int,
+        meta: Mapping[str, object],
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    ) -> None:
+        if not (isinstance(flush_interval, int | float) and 0 < flush_interval <= 3600):
+            raise ValueError(f"flush_interval must be seconds in (0, 3600], got {flush_interval!r}")
+        self._fs, root = split_log_dir(log_dir, storage_options)
+        self.log_dir = log_dir
+        self.rank = rank
+        self.flush_interval = float(flush_interval)
+        self._segment_bytes = segment_bytes
+        self._dir = f"{root}/{rank_dir_name(rank)}"
+        self._lock = threading.RLock()
+        self._pending = _Pending(bytearray(), [], [], [])
+        self._last_flush = time.monotonic()
+        self._closed = False
+        self.error: RunLogError | None = None
+        self._raised = False
+        self._file: Any = None
+        self._file_size = 0
+        try:
+            if self._fs is None:
+                os.makedirs(self._dir, exist_ok=True)
+                names = os.listdir(self._dir)
+            else:
+                self._fs.makedirs(self._dir, exist_ok=True)
+                try:
+                    listed = self._fs.ls(self._dir, detail=False)
+                except FileNotFoundError:  # object storage: no prefix until an object
+                    listed = []
+                names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed]
+        except OSError as error:
+            raise RunLogError(
+                f"cannot create the run log directory {self._dir!r}: {error!r}"
+            ) from error
+        seqs = [s for s in map(segment_seq, names) if s is not None]
+        # A new writer never appends to an old segment: its torn tail stays the end.
+        self._seq = max(seqs, default=-1) + 1
+        self._pending.records += encode_record(META, encode_json(dict(meta)))
+        self.flush()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flusher, name="vinlens-runlog", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ records
+
+    def step(self, step: int, grad_norm: float, loss: float) -> None:
+        """One step's global gradient norm and loss (NaN when ``step_fn`` returned none)."""
+        pending = self._pending
+        with self._lock:
+            pending.steps.append(step)
+            pending.norms.append(grad_norm)
+            pending.losses.append(loss)
+        self._maybe_flush()
+
+    def sample(self, step: int, block: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """One sampled step's ``(modules, fields)`` rows."""
+        payload = struct.pack("<q", step) + np.ascontiguousarray(block.T, dtype="<f8").tobytes()
+        with self._lock:
+            self._pending.records += encode_record(SAMPLE, payload)
+        self._maybe_flush()
+
+    def event(self, fields: dict[str, object]) -> None:
+        """One non-finite event: written at once."""
+        with self._lock:
+            self._pending.records += encode_record(EVENT, encode_json(fields))
+        self.flush()
+
+    # ------------------------------------------------------------------ output
+
+    def _maybe_flush(self) -> None:
+        if self.error is not None:
+            return
+        due = time.monotonic() - self._last_flush >= self.flush_interval
+        if due or len(self._pending.records) >= _BUFFER_BYTES or len(self._pending.steps) >= 65536:
+            self.flush()
+
+    def _take(self) -> bytes:
+        pending = self._pending
+        data = pending.records
+        if pending.steps:
+            n = len(pending.steps)
+            payload = (
+                struct.pack("<I", n)
+                + np.asarray(pending.steps, dtype="<i8").tobytes()
+                + np.asarray(pending.norms, dtype="<f8").tobytes()
+                + np.asarray(pending.losses, dtype="<f8").tobytes()
+            )
+            data = data + encode_record(STEPS, payload)
+        self._pending = _Pending(bytearray(), [], [], [])
+        return bytes(data)
+
+    def flush(self) -> None:
+        """Write what is buffered (whole records only).
+
+        Raises:
+            RunLogError: the destination refused it; the writer stops writing after that.
+        """
+        with self._lock:
+            if self.error is not None or self._closed:
+                return
+            data = self._take()
+            self._last_flush = time.monotonic()
+            if not data:
+                return
+            try:
+                self._write(data)
+            except OSError as error:
+                self.error = RunLogError(
+                    f"run log {self.log_dir!r}: writing {len(data)} bytes to {self._dir!r}"
+                    f" failed ({error}); the monitor keeps its history in memory and stops"
+                    " writing the log"
+                )
+                if threading.current_thread() is not getattr(self, "_thread", None):
+                    self._raised = True
+                raise self.error from error
+
+    def check(self) -> None:
+        """Raise, once, a failure the background flush met (on the training side).
+
+        Raises:
+            RunLogError: the destination refused a background flush.
+        """
+        if self.error is not None and not self._raised:
+            self._raised = True
+            raise self.error
+
+    def _write(self, data: bytes) -> None:
+        if self._fs is not None:
+            # Object storage: one whole object per flush.
+            self._fs.pipe_file(f"{self._dir}/{segment_name(self._seq)}", data)
+            self._seq += 1
+            return
+        if self._file is None or self._file_size >= self._segment_bytes:
+            if self._file is not None:
+                self._file.close()
+            self._file = open(f"{self._dir}/{segment_name(self._seq)}", "ab")  # noqa: SIM115
+            self._seq += 1
+            self._file_size = 0
+        # One write of whole records: a reader sees each record whole or not yet.
+        self._file.write(data)
+        self._file.flush()
+        self._file_size += len(data)
+
+    def _flusher(self) -> None:
+        while not self._stop.wait(self.flush_interval / 2):
+            if time.monotonic() - self._last_flush >= self.flush_interval:
+                try:
+                    self.flush()
+                except RunLogError:
+                    return  # raised again on the training side through ``error``
+
+    def close(self) -> None:
+        """Flush and close (idempotent)."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._thread.join(timeout=10)
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None
+
+
+def open_monitor_log(
+    monitor: Any,
+    log_dir: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None,
+    fields: tuple[str, ...],
+) -> RunLogWriter:
+    """The writer of a :class:`~vinlens.health.TrainingMonitor` (its metadata record first)."""
+    import torch
+    import torch.distributed as dist
+
+    import vinlens
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    meta = {
+        "format": 1,
+        "module_paths": list(monitor.module_paths),
+        "fields": list(fields),
+        "every": monitor.every,
+        "rank": monitor.rank,
+        "world_size": world,
+        "vinlens_version": getattr(vinlens, "__version__", "unknown"),
+        "torch_version": torch.__version__,
+        "started": time.time(),
+    }
+    return RunLogWriter(log_dir, storage_options=storage_options, rank=monitor.rank, meta=meta)
