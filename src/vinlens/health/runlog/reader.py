@@ -27,8 +27,9 @@ from vinlens.health.runlog.format import (
     decode_json,
     iter_records,
 )
+from vinlens.health.runlog.location import split_log_dir
 from vinlens.health.runlog.replay import Replay, load_replay
-from vinlens.health.runlog.writer import segment_seq, split_log_dir
+from vinlens.health.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
 __all__ = ["StepSeries", "TrainingRun", "open_run"]

@@ -23,7 +23,7 @@ from torch import nn
 
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.runlog.format import decode_json, encode_json
-from vinlens.health.runlog.writer import split_log_dir
+from vinlens.health.runlog.location import split_log_dir
 from vinlens.hooks import HookSet
 
 __all__ = [

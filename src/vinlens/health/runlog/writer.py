@@ -15,12 +15,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vinlens.health.runlog.format import EVENT, META, SAMPLE, STEPS, encode_json, encode_record
+from vinlens.health.runlog.location import split_log_dir
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -64,26 +64,6 @@ def segment_seq(name: str) -> int | None:
         return None
     digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
     return int(digits) if digits.isdigit() else None
-
-
-def split_log_dir(
-    log_dir: str | os.PathLike[str], storage_options: Mapping[str, Any] | None
-) -> tuple[Any, str]:
-    """``(fsspec filesystem or None for a local path, root path)``."""
-    if isinstance(log_dir, os.PathLike):
-        log_dir = os.fspath(log_dir)
-    if not isinstance(log_dir, str) or not log_dir:
-        raise TypeError(f"log_dir must be a path or an fsspec URL, got {log_dir!r}")
-    if "://" not in log_dir or log_dir.startswith("file://"):
-        if storage_options:
-            raise ValueError(
-                f"storage_options are for fsspec URLs (s3://...), not the local path {log_dir!r}"
-            )
-        return None, str(Path(log_dir.removeprefix("file://")).absolute())
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(log_dir, **dict(storage_options or {}))
-    return fs, str(root).rstrip("/")
 
 
 @dataclass
