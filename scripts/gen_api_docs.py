@@ -75,7 +75,13 @@ def _public_names(module: object) -> list[str]:
 
 def _describe(name: str, obj: object) -> list[str]:
     if inspect.isclass(obj):
-        lines = [f"### `{name}{_signature(obj)}`", "", _summary(obj) or "(no summary)", ""]
+        # A widget is the product's main surface: its whole docstring, not one line.
+        text = (
+            inspect.getdoc(obj) or ""
+            if obj.__module__.startswith("vinlens.widgets")
+            else _summary(obj)
+        )
+        lines = [f"### `{name}{_signature(obj)}`", "", text or "(no summary)", ""]
         if dataclasses.is_dataclass(obj):
             fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(obj))
             lines += [f"Fields: {fields}.", ""]

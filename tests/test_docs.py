@@ -43,6 +43,62 @@ def test_api_reference_names_every_seed_name():
         assert re.search(rf"### `{name}\b", text), f"{name} missing from docs/api.md"
 
 
+def _section(text: str, module: str) -> str:
+    start = text.index(f"## `{module}`\n")
+    end = text.find("\n## `", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_api_reference_has_an_entry_for_every_public_name():
+    """Each name in a documented module's ``__all__`` has its own entry in that module's section."""
+    import importlib
+
+    text = (REPO / "docs" / "api.md").read_text()
+    missing = []
+    for modname in _load_generator().MODULES:
+        module = importlib.import_module(modname)
+        section = _section(text, modname)
+        for name in getattr(module, "__all__", ()):
+            if not re.search(rf"^### `{re.escape(name)}\b", section, re.M):
+                missing.append(f"{modname}.{name}")
+    assert not missing, f"public names without an entry in docs/api.md: {missing}"
+
+
+def test_every_widget_class_is_public_and_documented_with_its_constructor():
+    """Every ``*Widget`` class of a widget module is in ``vinlens.widgets.__all__`` and api.md.
+
+    (Shared trait bases such as ``ModuleTableState`` are building blocks, not widgets.)
+    """
+    import importlib
+    import inspect
+    import pkgutil
+
+    import anywidget
+
+    import vinlens.widgets as widgets
+
+    text = _section((REPO / "docs" / "api.md").read_text(), "vinlens.widgets")
+    found = set()
+    for info in pkgutil.iter_modules(widgets.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"vinlens.widgets.{info.name}")
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, anywidget.AnyWidget)
+                and obj.__module__ == module.__name__
+                and name.endswith("Widget")
+            ):
+                found.add(name)
+    assert found, "no widget classes found"
+    assert found <= set(widgets.__all__), sorted(found - set(widgets.__all__))
+    for name in sorted(found):
+        cls = getattr(widgets, name)
+        assert f"### `{name}{inspect.signature(cls)}`" in text, name
+        assert (inspect.getdoc(cls) or "").split("\n")[0] in text, name
+
+
 def test_store_format_doc_keeps_the_normative_spec():
     """docs/store-format.md is the spec plus implementation notes: every spec heading survives."""
     doc = (REPO / "docs" / "store-format.md").read_text()

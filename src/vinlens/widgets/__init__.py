@@ -12,3 +12,18 @@ from vinlens.widgets.snapshot_browser import SnapshotTableWidget as SnapshotTabl
 from vinlens.widgets.store_compare import StoreCompareWidget as StoreCompareWidget
 from vinlens.widgets.store_dashboard import StoreDashboardWidget as StoreDashboardWidget
 from vinlens.widgets.training_monitor import TrainingMonitorWidget as TrainingMonitorWidget
+
+__all__ = [
+    "AttributionViewerWidget",
+    "ConfigTreeWidget",
+    "CoverageHeatmapWidget",
+    "ModelHealthWidget",
+    "ModuleSelection",
+    "ModuleTableWidget",
+    "SnapshotBrowserWidget",
+    "SnapshotTableWidget",
+    "StoreCompareWidget",
+    "StoreDashboardWidget",
+    "TrainingMonitorWidget",
+    "show",
+]
