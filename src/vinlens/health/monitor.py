@@ -355,6 +355,7 @@ class TrainingMonitor:
             if parameter.requires_grad:
                 self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
+        self._running = threading.Lock()  # held by the run_step in progress
         self._events: list[NonFiniteEvent] = []
         self._step = 0
         self._samples = 0
@@ -391,12 +392,29 @@ class TrainingMonitor:
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
 
+        A sampled step records only module calls on the thread running ``run_step``
+        (forwards of the same model on an evaluation or serving thread are not counted).
+
         Raises:
+            RuntimeError: another ``run_step`` of this monitor is in progress (a second
+                thread, or ``step_fn`` calling it again).
             NonFiniteGradientError: the step's gradients held NaN or Inf and
                 ``on_nonfinite="raise"``.
             Exception: whatever ``step_fn`` raises (every hook removed first).
         """
         check_callable(step_fn, "runs one training step (zero_grad, forward, backward)")
+        if not self._running.acquire(blocking=False):
+            raise RuntimeError(
+                f"TrainingMonitor.run_step is already running (step {self._step - 1}); one "
+                "monitor runs one step at a time: call run_step from one training thread "
+                "and give other threads their own monitor"
+            )
+        try:
+            return self._run_step(step_fn)
+        finally:
+            self._running.release()
+
+    def _run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         step = self._step
         self._step += 1
         rng = _rng_states()
@@ -408,9 +426,11 @@ class TrainingMonitor:
         if sampled:
             outputs = ActivationAccumulator()
             fold = outputs.update
+            owner = threading.get_ident()
 
             def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-                fold(label, output)
+                if threading.get_ident() == owner:  # not an eval/serving thread's forward
+                    fold(label, output)
 
             with HookSet() as hooks:
                 hooks.hook_modules(self._targets, None, post)

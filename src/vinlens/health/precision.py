@@ -153,7 +153,9 @@ def precision_headroom(
     ``run`` drives the forward as the caller would (for example ``lambda: model(x)``,
     inside ``torch.autocast`` when the model runs that way). Every registered module's
     floating outputs are measured when it returns, on their device, with one host
-    transfer per call; nothing is retained.
+    transfer per call; nothing is retained. Only forwards on the calling thread (the one
+    ``run`` runs on) are measured: other threads forwarding the same model meanwhile are
+    not counted.
 
     Args:
         model: Constructed model whose registered modules are observed.
@@ -178,8 +180,11 @@ def precision_headroom(
     counts: dict[str, int] = {}
     rows: list[ModulePrecision] = []
     lock = threading.Lock()
+    owner = threading.get_ident()
 
     def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+        if threading.get_ident() != owner:
+            return  # another thread's forward of the same model (evaluation, serving)
         tensors = [t for _, t in floating_tensors(output, "output")]
         with lock:
             index = counts.get(label, 0)
