@@ -45,7 +45,9 @@ class Spike(nn.Module):
 
 def build_model(width: int = 8, seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, width), Spike(width), nn.Tanh(), nn.Linear(width, 1))
+    return nn.Sequential(
+        nn.Linear(4, width), Spike(width), nn.Tanh(), nn.Dropout(0.25), nn.Linear(width, 1)
+    )
 
 
 def batch(step: int, nan_step: int) -> torch.Tensor:
@@ -67,6 +69,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--dump")
     parser.add_argument("--storage-options", default="{}")
+    parser.add_argument("--replay-max-bytes", type=int, default=256 << 20)
     args = parser.parse_args(argv)
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -76,6 +79,7 @@ def main(argv: list[str]) -> None:
         on_nonfinite="record",
         log_dir=args.log_dir,
         storage_options=json.loads(args.storage_options) or None,
+        replay_max_bytes=args.replay_max_bytes,
     ) as monitor:
         for step in range(args.steps):
             x = batch(step, args.nan_step)

@@ -37,10 +37,13 @@ def numpy_row(values: np.ndarray, dtype: type) -> tuple[int, float, int, int, fl
     wide = values.astype(np.float64)
     magnitude = np.abs(wide[np.isfinite(wide)])
     top = float(magnitude.max())
+    # the oracle for overflow is the cast itself: float32 -> dtype rounds once, to nearest even
+    target = torch.float16 if dtype is np.float16 else torch.bfloat16
+    cast_infinite = int(torch.from_numpy(values.copy()).to(target).isinf().sum())
     return (
         values.size,
         top,
-        int((magnitude > high).sum()),
+        cast_infinite,
         int(((magnitude > 0) & (magnitude < tiny)).sum()),
         math.log2(high / top),
     )
@@ -68,14 +71,14 @@ def test_counts_equal_numpy_on_planted_values(dtype: torch.dtype) -> None:
         over,
         under,
     )
-    assert row.headroom_bits == pytest.approx(bits)
+    assert row.headroom_bits == -math.inf  # the planted inf leaves no headroom
+    assert (bits < 0) == (dtype == torch.float16)  # finite abs_max 2e38 vs max
     if dtype == torch.float16:
-        assert (over, under) == (4, 4)  # 7e4, 7e5, 65505, 2e38 | 1e-5, 1e-6, 1e-9, 1e-40
-        assert report.first_overflow_path == "0"
-        assert row.headroom_bits < 0
+        # 7e4, 7e5, 2e38, inf (65505 rounds to 65504) | 1e-5, 1e-6, 1e-9, 1e-40
+        assert (over, under) == (4, 4)
     else:
-        assert (over, under) == (0, 1)  # bfloat16 reaches 3.4e38 | 1e-40 is below its tiny
-        assert report.first_overflow_path is None
+        assert (over, under) == (1, 1)  # bfloat16 reaches 3.4e38: only the inf | 1e-40
+    assert report.first_overflow_path == "0"
     tanh = report.modules[2]
     assert tanh.overflow_count == 0 and tanh.abs_max == 1.0
     assert tanh.headroom_bits == pytest.approx(math.log2(float(torch.finfo(dtype).max)))
@@ -127,3 +130,59 @@ def test_bad_dtype_and_hooks_after_an_exception() -> None:
     with pytest.raises(RuntimeError):
         precision_headroom(model, lambda: model(torch.ones(3)))
     assert leftover_hooks([model]) == []
+
+
+@pytest.mark.parametrize(
+    ("dtype", "values", "expected"),
+    [
+        (torch.float16, [65510.0, 65519.0, 65520.0, 1e6], 2),  # boundary max + ulp/2 = 65520
+        (torch.bfloat16, [3.390e38, 3.3961e38], 0),  # both round to bfloat16's max
+        (torch.float16, [65504.0, -65520.0, -np.inf], 2),
+    ],
+)
+def test_overflow_counts_values_whose_cast_is_infinite(
+    dtype: torch.dtype, values: list[float], expected: int
+) -> None:
+    planted = np.array(values, dtype=np.float32)
+    model = nn.Sequential(Emit(planted))
+    report = precision_headroom(model, lambda: model(torch.ones(())), dtype)
+    row = report.modules[0]
+    assert row.overflow_count == expected
+    assert row.overflow_count == int(torch.from_numpy(planted).to(dtype).isinf().sum())
+    assert report.first_overflow_path == ("0" if expected else None)
+
+
+class Blow(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x * 1e3
+        return out
+
+
+@pytest.mark.parametrize("run_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_an_output_already_holding_inf_names_the_module(run_dtype: torch.dtype) -> None:
+    model = nn.Sequential(nn.Identity(), Blow(), nn.Identity())
+    x = torch.full((4,), 100.0, dtype=run_dtype)  # 1e5: inf in float16, finite otherwise
+    report = precision_headroom(model, lambda: model(x), torch.float16)
+    blow = next(r for r in report.modules if r.module_path == "1")
+    assert blow.overflow_count == 4
+    assert report.first_overflow_path == "1"
+    assert blow.headroom_bits < 0
+
+
+def test_float16_autocast_output_holding_inf() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.fill_(1e3)
+    x = torch.full((2, 8), 1e2)
+
+    def run() -> None:
+        with torch.autocast("cpu", dtype=torch.float16):
+            model(x)
+
+    report = precision_headroom(model, run, torch.float16)
+    first = report.modules[0]
+    assert first.module_path == "0"
+    assert first.overflow_count == 16  # 8e5 per element: inf in the float16 output
+    assert first.headroom_bits == -math.inf
+    assert report.first_overflow_path == "0"

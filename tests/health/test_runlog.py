@@ -38,7 +38,7 @@ def test_a_script_log_equals_the_monitor_and_names_the_planted_nan(tmp_path: Pat
     )
     run = open_run(log)
     assert run.ranks == (0,)
-    assert run.module_paths == ("<root>", "0", "1", "2", "3")
+    assert run.module_paths == ("<root>", "0", "1", "2", "3", "4")
     series = run.step_series()
     np.testing.assert_array_equal(series.steps, np.arange(120))
     assert math.isnan(series.grad_norm[37]) and np.isfinite(np.delete(series.grad_norm, 37)).all()

@@ -42,7 +42,14 @@ from vinlens.health.monitor import (
 )
 from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
 from vinlens.health.precision import ModulePrecision, PrecisionReport, precision_headroom
-from vinlens.health.runlog import RunLogError, StepSeries, TrainingRun, open_run
+from vinlens.health.runlog import (
+    Replay,
+    RunLogError,
+    StepSeries,
+    TrainingRun,
+    load_replay,
+    open_run,
+)
 from vinlens.health.stats import ActivationAccumulator, ActivationStats, collect_activation_stats
 from vinlens.health.summaries import TensorTrace
 from vinlens.model_inspection import TensorSummary
@@ -63,6 +70,7 @@ __all__ = [
     "NonFiniteGradientError",
     "NonFiniteOrigin",
     "PrecisionReport",
+    "Replay",
     "RunLogError",
     "StepSeries",
     "TensorSummary",
@@ -74,6 +82,7 @@ __all__ = [
     "compare_models",
     "find_nonfinite_gradient_origin",
     "find_nonfinite_origin",
+    "load_replay",
     "most_drifted",
     "open_run",
     "precision_headroom",

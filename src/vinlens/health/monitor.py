@@ -314,6 +314,9 @@ class TrainingMonitor:
             the monitor appends its run log to (see :mod:`vinlens.health.runlog`); read
             it with :func:`vinlens.health.open_run`. None keeps everything in memory.
         storage_options: fsspec options for a ``log_dir`` URL.
+        replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
+            non-finite step, the first 16 of a run; 256 MiB by default); past it the
+            bundle keeps the inputs and the output gradient, not the model's state.
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -330,6 +333,7 @@ class TrainingMonitor:
         on_nonfinite: Literal["raise", "record"] = "raise",
         log_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        replay_max_bytes: int = 256 << 20,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -351,6 +355,7 @@ class TrainingMonitor:
             if parameter.requires_grad:
                 self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
+        self._running = threading.Lock()  # held by the run_step in progress
         self._events: list[NonFiniteEvent] = []
         self._step = 0
         self._samples = 0
@@ -361,6 +366,9 @@ class TrainingMonitor:
         self.rank = _rank()
         self._log: RunLogWriter | None = None
         self._last_norm = math.nan
+        if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
+            raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
+        self.replay_max_bytes = replay_max_bytes
         if log_dir is not None:
             from vinlens.health.runlog.writer import open_monitor_log
 
@@ -384,23 +392,45 @@ class TrainingMonitor:
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
 
+        A sampled step records only module calls on the thread running ``run_step``
+        (forwards of the same model on an evaluation or serving thread are not counted).
+
         Raises:
+            RuntimeError: another ``run_step`` of this monitor is in progress (a second
+                thread, or ``step_fn`` calling it again).
             NonFiniteGradientError: the step's gradients held NaN or Inf and
                 ``on_nonfinite="raise"``.
             Exception: whatever ``step_fn`` raises (every hook removed first).
         """
         check_callable(step_fn, "runs one training step (zero_grad, forward, backward)")
+        if not self._running.acquire(blocking=False):
+            raise RuntimeError(
+                f"TrainingMonitor.run_step is already running (step {self._step - 1}); one "
+                "monitor runs one step at a time: call run_step from one training thread "
+                "and give other threads their own monitor"
+            )
+        try:
+            return self._run_step(step_fn)
+        finally:
+            self._running.release()
+
+    def _run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         step = self._step
         self._step += 1
         rng = _rng_states()
+        start_buffers = None
+        if self._log is not None:  # the replay bundle's state is the step's start
+            start_buffers = [b.detach().clone() for b in self.model.buffers()]
         sampled = step % self.every == 0
         outputs: ActivationAccumulator | None = None
         if sampled:
             outputs = ActivationAccumulator()
             fold = outputs.update
+            owner = threading.get_ident()
 
             def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-                fold(label, output)
+                if threading.get_ident() == owner:  # not an eval/serving thread's forward
+                    fold(label, output)
 
             with HookSet() as hooks:
                 hooks.hook_modules(self._targets, None, post)
@@ -419,12 +449,16 @@ class TrainingMonitor:
             self._log.check()
             self._log.step(step, self._last_norm, _loss(result))
         if not finite:
-            origin = _replay(self.model, self._parameters, step_fn, rng)
+            capture = None
+            if self._log is not None:
+                capture = self._log.capture(self.model, start_buffers)
+            replayed = step_fn if capture is None else capture.wrap(step_fn)
+            origin = _replay(self.model, self._parameters, replayed, rng)
             event = NonFiniteEvent(step, origin, self.rank)
             with self._lock:
                 self._events.append(event)
             if self._log is not None:
-                self._log.event({"step": step, "rank": self.rank, "origin": origin})
+                self._log.nonfinite(step, self.rank, origin, capture, rng, self.replay_max_bytes)
             self._notify()
             if self.on_nonfinite == "raise":
                 raise NonFiniteGradientError(event)

@@ -3,10 +3,11 @@
 Before a model moves to float16 (or bfloat16), the question is which activations will
 overflow its largest finite value or fall below its smallest normal one. One forward,
 run as it is (float32, float16, bfloat16 or under autocast), answers it per module
-call: the largest finite magnitude of its floating outputs, how many finite values lie
-above ``finfo(dtype).max`` (they would become infinities) or below ``finfo(dtype).tiny``
-without being zero (they would become subnormal or zero), and the headroom in bits,
-``log2(finfo(dtype).max / abs_max)``.
+call: the largest finite magnitude of its floating outputs, how many values become
+infinities when cast to ``dtype`` (magnitudes at or above the rounding boundary
+``finfo(dtype).max + ulp/2``, infinities already there included), how many lie below
+``finfo(dtype).tiny`` without being zero (they would become subnormal or zero), and the
+headroom in bits, ``log2(finfo(dtype).max / abs_max)``.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class ModulePrecision:
         count: Elements of the call's floating outputs (finite or not).
         abs_max: Largest finite magnitude (0 when there is no finite non-zero value, NaN
             when no value is finite).
-        overflow_count: Finite values whose magnitude exceeds ``finfo(dtype).max``.
+        overflow_count: Values whose cast to ``dtype`` is infinite: magnitudes at or above
+            the rounding boundary ``finfo(dtype).max + ulp/2`` (values between ``max`` and
+            the boundary round to ``max``), infinities already in the outputs included.
         underflow_count: Non-zero finite values whose magnitude is below
             ``finfo(dtype).tiny`` (they become subnormal or zero in ``dtype``).
         headroom_bits: ``log2(finfo(dtype).max / abs_max)``: inf when ``abs_max`` is 0,
-            negative when the outputs overflow, NaN when no value is finite.
+            negative when ``abs_max`` exceeds ``max``, -inf when the outputs hold an
+            infinity, NaN when no value is finite.
     """
 
     module_path: str
@@ -90,8 +94,22 @@ def _check_dtype(dtype: object) -> torch.dtype:
     return dtype
 
 
-def _measure(tensors: list[torch.Tensor], high: float, tiny: float) -> tuple[int, float, int, int]:
-    """(count, largest finite magnitude or -1, overflows, underflows) with one host transfer."""
+def _overflow_boundary(target: torch.dtype) -> float:
+    """Smallest magnitude whose cast to ``target`` is infinite (inf for float64).
+
+    Round-to-nearest-even sends ``max + ulp/2`` up: ``max`` has an odd (all-ones) mantissa.
+    """
+    if target == torch.float64:
+        return math.inf  # no wider value to overflow from: only infinities count
+    info = torch.finfo(target)
+    _, exponent = math.frexp(float(info.max))  # max = m * 2**exponent, 0.5 <= m < 1
+    return float(info.max) + info.eps * 2.0 ** (exponent - 1) / 2
+
+
+def _measure(
+    tensors: list[torch.Tensor], boundary: float, tiny: float
+) -> tuple[int, float, int, int, int]:
+    """(count, largest finite magnitude or -1, overflows, underflows, infinities)."""
     rows: list[torch.Tensor] = []
     count = 0
     for tensor in tensors:
@@ -111,18 +129,20 @@ def _measure(tensors: list[torch.Tensor], high: float, tiny: float) -> tuple[int
                 torch.stack(
                     [
                         finite_magnitude.amax().to(torch.float64),
-                        (finite_magnitude > high).sum().to(torch.float64),
+                        (magnitude >= boundary).sum().to(torch.float64),
                         ((finite_magnitude < tiny) & (finite_magnitude > 0))
                         .sum()
                         .to(torch.float64),
+                        (magnitude == math.inf).sum().to(torch.float64),
                     ]
                 )
             )
     if not rows:
-        return count, -1.0, 0, 0
+        return count, -1.0, 0, 0, 0
     table = torch.stack(rows)
-    top, over, under = table[:, 0].amax().item(), table[:, 1].sum().item(), table[:, 2].sum().item()
-    return count, top, int(over), int(under)
+    top = float(table[:, 0].amax().item())
+    over, under, infinite = (int(v) for v in table[:, 1:].sum(0).tolist())
+    return count, top, over, under, infinite
 
 
 def precision_headroom(
@@ -133,7 +153,9 @@ def precision_headroom(
     ``run`` drives the forward as the caller would (for example ``lambda: model(x)``,
     inside ``torch.autocast`` when the model runs that way). Every registered module's
     floating outputs are measured when it returns, on their device, with one host
-    transfer per call; nothing is retained.
+    transfer per call; nothing is retained. Only forwards on the calling thread (the one
+    ``run`` runs on) are measured: other threads forwarding the same model meanwhile are
+    not counted.
 
     Args:
         model: Constructed model whose registered modules are observed.
@@ -153,24 +175,30 @@ def precision_headroom(
     target = _check_dtype(dtype)
     info = torch.finfo(target)
     high, tiny = float(info.max), float(info.tiny)
+    boundary = _overflow_boundary(target)
     targets = labelled_modules(model, None)
     counts: dict[str, int] = {}
     rows: list[ModulePrecision] = []
     lock = threading.Lock()
+    owner = threading.get_ident()
 
     def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+        if threading.get_ident() != owner:
+            return  # another thread's forward of the same model (evaluation, serving)
         tensors = [t for _, t in floating_tensors(output, "output")]
         with lock:
             index = counts.get(label, 0)
             counts[label] = index + 1
         if not tensors:
             return
-        count, top, over, under = _measure(tensors, high, tiny)
+        count, top, over, under, infinite = _measure(tensors, boundary, tiny)
         if top < 0:
             abs_max = headroom = math.nan
         else:
             abs_max = top
             headroom = math.inf if top == 0 else math.log2(high) - math.log2(top)
+        if infinite:
+            headroom = -math.inf
         with lock:
             rows.append(ModulePrecision(label, index, count, abs_max, over, under, headroom))
 

@@ -9,6 +9,16 @@ own records (:mod:`~vinlens.health.runlog.reader`).
 from __future__ import annotations
 
 from vinlens.health.runlog.reader import StepSeries, TrainingRun, open_run
+from vinlens.health.runlog.replay import DEFAULT_REPLAY_MAX_BYTES, Replay, load_replay
 from vinlens.health.runlog.writer import DEFAULT_FLUSH_INTERVAL, RunLogError
 
-__all__ = ["DEFAULT_FLUSH_INTERVAL", "RunLogError", "StepSeries", "TrainingRun", "open_run"]
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL",
+    "DEFAULT_REPLAY_MAX_BYTES",
+    "Replay",
+    "RunLogError",
+    "StepSeries",
+    "TrainingRun",
+    "load_replay",
+    "open_run",
+]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
+from torch import nn
 
 from vinlens.health.monitor import (
     HistoryMatrix,
@@ -26,7 +27,9 @@ from vinlens.health.runlog.format import (
     decode_json,
     iter_records,
 )
-from vinlens.health.runlog.writer import segment_seq, split_log_dir
+from vinlens.health.runlog.location import split_log_dir
+from vinlens.health.runlog.replay import Replay, load_replay
+from vinlens.health.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
 __all__ = ["StepSeries", "TrainingRun", "open_run"]
@@ -60,6 +63,8 @@ class _Rank:
     sample_steps: list[int] = field(default_factory=list)
     samples: list[tuple[bytes, int]] = field(default_factory=list)
     events: list[NonFiniteEvent] = field(default_factory=list)
+    bundles: dict[int, str] = field(default_factory=dict)
+    path: str = ""
 
 
 def open_run(
@@ -125,7 +130,7 @@ class TrainingRun:
                 if not name.startswith("rank-") or not name[5:].isdigit():
                     continue
                 rank = int(name[5:])
-                state = self._ranks.get(rank) or _Rank()
+                state = self._ranks.get(rank) or _Rank(path=f"{self._root}/{name}")
                 self._refresh_rank(state, f"{self._root}/{name}")
                 if state.meta:
                     self._ranks[rank] = state
@@ -164,6 +169,8 @@ class TrainingRun:
             state.samples.append((data, offset + 8))
         elif kind == EVENT:
             fields = decode_json(data[offset:end])
+            if fields.get("replay"):
+                state.bundles[int(fields["step"])] = f"{state.path}/{fields['replay']}"
             state.events.append(
                 NonFiniteEvent(int(fields["step"]), fields.get("origin"), rank=int(fields["rank"]))
             )
@@ -266,6 +273,29 @@ class TrainingRun:
             steps_run,
             len(samples),
         )
+
+    def replay_steps(self, rank: int = 0) -> tuple[int, ...]:
+        """The steps of the rank that have a replay bundle."""
+        return tuple(sorted(self._rank(rank).bundles))
+
+    def load_replay(self, step: int, *, model: nn.Module, rank: int = 0) -> Replay:
+        """Load the replay bundle of ``step`` (of ``rank``) into ``model``.
+
+        Raises:
+            ValueError: no bundle for that step (its event names why, or there was no
+                event), or the bundle is refused (see :func:`load_replay`).
+        """
+        state = self._rank(rank)
+        path = state.bundles.get(step)
+        if path is None:
+            known = ", ".join(map(str, sorted(state.bundles))) or "none"
+            raise ValueError(
+                f"{self.log_dir!r} rank {rank} has no replay bundle for step {step!r}"
+                f" (steps with one: {known})"
+            )
+        if self._fs is not None:
+            path = self._fs.unstrip_protocol(path)
+        return load_replay(path, model, storage_options=self.storage_options or None)
 
     def __repr__(self) -> str:
         return f"TrainingRun({self.log_dir!r}, ranks={list(self.ranks)})"

@@ -15,12 +15,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vinlens.health.runlog.format import EVENT, META, SAMPLE, STEPS, encode_json, encode_record
+from vinlens.health.runlog.location import split_log_dir
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -37,6 +37,8 @@ DEFAULT_FLUSH_INTERVAL = 2.0
 DEFAULT_SEGMENT_BYTES = 64 << 20
 #: The buffer is written out early past this size (the writer's memory stays flat).
 _BUFFER_BYTES = 8 << 20
+#: Replay bundles written per rank and run (a NaN flood keeps the first ones).
+MAX_REPLAY_BUNDLES = 16
 _SEGMENT_PREFIX = "seg-"
 _SEGMENT_SUFFIX = ".vlr"
 
@@ -62,26 +64,6 @@ def segment_seq(name: str) -> int | None:
         return None
     digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
     return int(digits) if digits.isdigit() else None
-
-
-def split_log_dir(
-    log_dir: str | os.PathLike[str], storage_options: Mapping[str, Any] | None
-) -> tuple[Any, str]:
-    """``(fsspec filesystem or None for a local path, root path)``."""
-    if isinstance(log_dir, os.PathLike):
-        log_dir = os.fspath(log_dir)
-    if not isinstance(log_dir, str) or not log_dir:
-        raise TypeError(f"log_dir must be a path or an fsspec URL, got {log_dir!r}")
-    if "://" not in log_dir or log_dir.startswith("file://"):
-        if storage_options:
-            raise ValueError(
-                f"storage_options are for fsspec URLs (s3://...), not the local path {log_dir!r}"
-            )
-        return None, str(Path(log_dir.removeprefix("file://")).absolute())
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(log_dir, **dict(storage_options or {}))
-    return fs, str(root).rstrip("/")
 
 
 @dataclass
@@ -123,6 +105,7 @@ class RunLogWriter:
         self._closed = False
         self.error: RunLogError | None = None
         self._raised = False
+        self._bundles = 0
         self._file: Any = None
         self._file_size = 0
         try:
@@ -172,6 +155,56 @@ class RunLogWriter:
         with self._lock:
             self._pending.records += encode_record(EVENT, encode_json(fields))
         self.flush()
+
+    def capture(self, model: Any, start_buffers: Any) -> Any:
+        """A :class:`~vinlens.health.runlog.replay.ReplayCapture` for a step's replay."""
+        from vinlens.health.runlog.replay import ReplayCapture
+
+        return ReplayCapture(model, start_buffers)
+
+    def nonfinite(
+        self, step: int, rank: int, origin: object, capture: Any, rng: Any, max_bytes: int
+    ) -> None:
+        """Record a non-finite step: its replay bundle (the first
+        :data:`MAX_REPLAY_BUNDLES` of the run), then the event, both at once."""
+        from vinlens.health.runlog.replay import bundle_name
+
+        name = None
+        if self._bundles < MAX_REPLAY_BUNDLES and self.error is None:
+            data = capture.bundle(step, rank, origin, rng, max_bytes)
+            if data is not None:
+                name = bundle_name(step)
+                self._bundles += 1
+                try:
+                    self.bundle(name, data)
+                except RunLogError as error:
+                    self.error = error
+                    self._raised = True
+                    raise
+        note = capture.inputs_error
+        self.event({"step": step, "rank": rank, "origin": origin, "replay": name, "note": note})
+
+    def bundle(self, name: str, data: bytes) -> str:
+        """Write one replay bundle whole (a local temporary file renamed into place, or one
+        object); returns its path.
+
+        Raises:
+            RunLogError: the destination refused it.
+        """
+        path = f"{self._dir}/{name}"
+        try:
+            if self._fs is not None:
+                self._fs.pipe_file(path, data)
+            else:
+                temporary = f"{path}.partial"
+                with open(temporary, "wb") as f:
+                    f.write(data)
+                os.replace(temporary, path)
+        except OSError as error:
+            raise RunLogError(
+                f"run log {self.log_dir!r}: writing the replay bundle {path!r} failed ({error})"
+            ) from error
+        return path
 
     # ------------------------------------------------------------------ output
 
