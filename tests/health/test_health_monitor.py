@@ -375,3 +375,21 @@ def test_a_parameter_unfrozen_after_construction_is_checked_and_sampled() -> Non
     monitor.run_step(poisoned)
     assert [event.step for event in monitor.events] == [1]
     assert leftover_hooks(model.modules()) == []
+
+
+def test_sparse_embedding_gradients_are_checked_and_their_norm_recorded() -> None:
+    """Issue 30.8: nn.Embedding(sparse=True) gradients (repeated indices summed)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1))
+    monitor = TrainingMonitor(model, every=1, on_nonfinite="record")
+    x = torch.tensor([1, 2, 2, 3])
+    monitor.run_step(lambda: model(x).sum().backward())
+    grad = model[0].weight.grad
+    assert grad is not None and grad.is_sparse
+    norm = torch.linalg.vector_norm(grad.to_dense())
+    assert monitor.history.modules["0"].grad_norm[-1] == pytest.approx(float(norm), rel=1e-6)
+    assert monitor.events == ()
+    model.zero_grad()
+    monitor.run_step(lambda: (model(x).sum() * math.inf).backward())
+    assert [event.step for event in monitor.events] == [1]
+    assert leftover_hooks(model.modules()) == []

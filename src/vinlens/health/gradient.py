@@ -269,6 +269,8 @@ class _StepWatch:
             self._settle(call)
 
     def on_grad_parameter(self, name: str, owner: str, grad: torch.Tensor) -> None:
+        if grad.is_sparse:  # nn.Embedding(sparse=True): check the stored values
+            grad = grad.coalesce().values()
         finite = self.checks.finite(grad)
         with self.lock:
             call = self.first_calls.get(owner)

@@ -618,6 +618,8 @@ def _grouped_norms(
     groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
     for index, grad in enumerate(grads):
         if grad is not None:
+            if grad.is_sparse:  # nn.Embedding(sparse=True): the norm of its summed values
+                grad = grad.coalesce().values()
             indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
             indices.append(index)
             tensors.append(grad)
@@ -631,6 +633,11 @@ def _grouped_norms(
     return found
 
 
+def _dense_values(grad: torch.Tensor) -> torch.Tensor:
+    """A gradient's stored values (a sparse gradient's coalesced values)."""
+    return grad.coalesce().values() if grad.is_sparse else grad
+
+
 def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
     """Whether every gradient is finite: one fused norm per device and dtype, one read each.
 
@@ -640,7 +647,7 @@ def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
     groups = _grouped_norms(grads)
     if all(math.isfinite(norms.sum().item()) for _, norms in groups):
         return True
-    return all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+    return all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
 
 
 def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
@@ -650,7 +657,7 @@ def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         squares += norms.double().square().sum().item()
     if math.isfinite(squares):
         return True, math.sqrt(squares)
-    finite = all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+    finite = all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
     return finite, math.inf if finite else math.nan
 
 
