@@ -49,6 +49,7 @@ def test_every_registered_command_is_reachable_with_its_handler() -> None:
         "store stats": ["x"],
         "store coverage": ["x", "--raw", "y"],
         "store compare": ["x", "y"],
+        "run show": ["x"],
         "demo": [],
     }
     assert sorted(c.name for c in COMMANDS) == sorted(sample_args)
@@ -81,7 +82,7 @@ def test_a_command_table_builds_nested_groups_and_refuses_unknown_groups(
     assert "greet" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no group 'tools'"):
         build_parser(table, ())
-    assert {g.name for g in GROUPS} == {"store"}
+    assert {g.name for g in GROUPS} == {"store", "run"}
 
 
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import NamedTuple
 
-from vinlens.cli import demo, model, store, store_compare
+from vinlens.cli import demo, model, run, store, store_compare
 
 __all__ = ["COMMANDS", "GROUPS", "Command", "Group"]
 
@@ -40,6 +40,11 @@ GROUPS: tuple[Group, ...] = (
         "store",
         "write demo stores and inspect VIN offline stores",
         "Write demo stores and inspect VIN offline stores (format v1), local or on object storage.",
+    ),
+    Group(
+        "run",
+        "inspect training run logs",
+        "Inspect training run logs written by TrainingMonitor(log_dir=...).",
     ),
 )
 
@@ -76,5 +81,6 @@ COMMANDS: tuple[Command, ...] = (
         store_compare.add_compare_arguments,
         store_compare.compare,
     ),
+    Command("run show", run.SHOW_HELP, run.SHOW_DESCRIPTION, run.add_show_arguments, run.show),
     Command("demo", demo.HELP, demo.DESCRIPTION, demo.add_arguments, demo.run),
 )

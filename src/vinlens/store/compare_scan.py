@@ -40,13 +40,8 @@ from vinlens.store.diagnostics.scan import (
     row_windows,
     shard_problem,
 )
-from vinlens.store.format import (
-    BACKBONE_PREFIX,
-    RRI_COMPONENT_PREFIX,
-    StoreReplacedError,
-    VinOfflineStoreConfig,
-    VinOfflineStoreError,
-)
+from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.format import BACKBONE_PREFIX, RRI_COMPONENT_PREFIX, VinOfflineStoreConfig
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader
 
 __all__ = [

@@ -32,14 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vinlens.operations import CancelToken, check_executor, run_operation
-from vinlens.store.access import (
-    FileStat,
-    FsspecStoreAccess,
-    StoreAccess,
-    StoreAccessError,
-    open_store_access,
-)
-from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
+from vinlens.store.access import FileStat, FsspecStoreAccess, StoreAccess, open_store_access
+from vinlens.store.errors import StoreAccessError, VinOfflineStoreError
+from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
 from vinlens.store.tarscan import list_tar_member_names
 

@@ -24,11 +24,11 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from vinlens.store.errors import StoreReplacedError
 from vinlens.store.format import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
     SampleIndexRow,
-    StoreReplacedError,
     VinOfflineManifest,
     VinOfflineStoreConfig,
 )

@@ -44,6 +44,12 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from vinlens.store.access import LocalStoreAccess
+from vinlens.store.errors import (
+    InvalidSampleError,
+    StoreExistsError,
+    StoreVerificationError,
+    VinOfflineStoreError,
+)
 from vinlens.store.format import (
     BACKBONE_DTYPES,
     BACKBONE_PREFIX,
@@ -54,14 +60,10 @@ from vinlens.store.format import (
     STORE_FORMAT,
     BlockKind,
     Capabilities,
-    InvalidSampleError,
     MaterializedBlocks,
     StoreBlockSpec,
-    StoreExistsError,
     StoreShardSpec,
-    StoreVerificationError,
     VinOfflineManifest,
-    VinOfflineStoreError,
     arrays_dir,
     block_name_problem,
     record_paths,

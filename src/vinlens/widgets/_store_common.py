@@ -20,7 +20,8 @@ from typing import Any
 
 from vinlens.export import display_text
 from vinlens.operations import OperationCancelled
-from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError, normalize_location
+from vinlens.store.errors import VinOfflineStoreError
+from vinlens.store.format import VinOfflineStoreConfig, normalize_location
 from vinlens.store.reader import as_store_config
 from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
 

@@ -30,20 +30,19 @@ import numpy as np
 import traitlets
 
 from vinlens.export import display_text
-from vinlens.store.access import StoreAccessError
 from vinlens.store.coverage import (
     VinOfflineCoverageSceneDiagnostic,
     VinOfflineCoverageStats,
     collect_vin_offline_dataset_coverage,
     raw_snippets_by_scene,
 )
-from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
+from vinlens.store.errors import StoreAccessError, StoreReplacedError, TarScanError
+from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import (
     StoreGeneration,
     VinOfflineStoreReader,
     capture_store_generation,
 )
-from vinlens.store.tarscan import TarScanError
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,

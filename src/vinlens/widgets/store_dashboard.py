@@ -47,11 +47,8 @@ from vinlens.store.diagnostics import (
     rri_pair_arrays,
     scan_scope,
 )
-from vinlens.store.format import (
-    StoreNotFoundError,
-    StoreReplacedError,
-    VinOfflineStoreConfig,
-)
+from vinlens.store.errors import StoreNotFoundError, StoreReplacedError
+from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,

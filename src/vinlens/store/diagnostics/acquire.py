@@ -45,13 +45,8 @@ from vinlens.store.diagnostics.records import (
 )
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
 from vinlens.store.diagnostics.scan import ShardPlan, row_bytes, scan_shard
-from vinlens.store.format import (
-    BlockKind,
-    StoreReplacedError,
-    VinOfflineStoreConfig,
-    VinOfflineStoreError,
-    shard_dir,
-)
+from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.format import BlockKind, VinOfflineStoreConfig, shard_dir
 from vinlens.store.reader import (
     StoreGeneration,
     StoreIntegrityProblem,

@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.format import StoreReplacedError
+from vinlens.store.errors import StoreReplacedError
 from vinlens.store.reader import StoreGeneration, StoreIntegrityProblem
 
 #: Most values kept per histogram series; beyond it a uniform deterministic subsample.

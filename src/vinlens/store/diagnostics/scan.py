@@ -21,14 +21,8 @@ from vinlens.store.diagnostics.accumulators import (
     StatsPartial,
     VinPointWindow,
 )
-from vinlens.store.format import (
-    BACKBONE_PREFIX,
-    RRI_COMPONENT_PREFIX,
-    BlockKind,
-    StoreBlockSpec,
-    StoreReplacedError,
-    VinOfflineStoreError,
-)
+from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.format import BACKBONE_PREFIX, RRI_COMPONENT_PREFIX, BlockKind, StoreBlockSpec
 from vinlens.store.reader import StoreIntegrityProblem, VinOfflineStoreReader
 
 __all__ = ["ShardPlan", "scan_shard"]
