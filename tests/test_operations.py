@@ -304,6 +304,9 @@ class TinyNet(torch.nn.Module):
         self.lin = torch.nn.Linear(3, width)
         with torch.no_grad():
             self.lin.weight.copy_(torch.randn(width, 3, generator=generator))
+            # the bias too: a recipe without a state dict must determine every weight (a
+            # fork-started worker no longer inherits the caller's cached build)
+            self.lin.bias.copy_(torch.randn(width, generator=generator))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.lin(x))

@@ -22,18 +22,21 @@ torch is imported only when a model is built, so the store side can import this 
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import threading
 import types
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ModelRecipe", "ShardedBatches", "as_sharded_batches"]
+__all__ = ["ModelRecipe", "ShardedBatches", "as_sharded_batches", "models_released"]
 
 #: Models kept per worker thread by :meth:`ModelRecipe.model` (most recently used).
 MODELS_PER_THREAD = 2
@@ -69,8 +72,12 @@ class ModelRecipe:
         device: Device the model is moved to on the worker.
         train: Build in train mode (``False``: eval mode, the default for diagnostics).
 
-    ``token`` identifies the recipe across pickled copies, so that :meth:`model` reuses
-    one build per worker thread for every task of one recipe.
+    :meth:`model` reuses one build per worker thread for every recipe of the same content
+    (factory, kwargs, state dict values, device, mode): ``dataclasses.replace(recipe,
+    state_dict=new)`` builds the new weights. The content digest is computed once per
+    recipe object and travels with its pickled copies (a state dict changed in place after
+    the recipe was made is not seen; :meth:`from_model` copies it). ``token`` is kept for
+    compatibility; it does not key the cache.
     """
 
     factory: Callable[..., Any]
@@ -79,6 +86,7 @@ class ModelRecipe:
     device: str = "cpu"
     train: bool = False
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_top_level(self.factory, "ModelRecipe.factory")
@@ -95,6 +103,14 @@ class ModelRecipe:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # MappingProxyType does not pickle: send a plain dict and rebuild.
+        try:
+            pickle.dumps(self.factory)
+        except Exception as error:
+            raise TypeError(
+                f"ModelRecipe(factory={self.factory!r:.80}, token={self.token}) cannot be sent "
+                f"to a worker process: its factory does not pickle ({error}); use a top-level "
+                "function or class, or run in process / on a thread pool"
+            ) from error
         return (
             _rebuild_recipe,
             (
@@ -104,8 +120,16 @@ class ModelRecipe:
                 self.device,
                 self.train,
                 self.token,
+                self.content_digest(),
             ),
         )
+
+    def content_digest(self) -> str:
+        """Hex digest of the recipe's content: factory, kwargs, state dict values, device, mode."""
+        if self._digest is None:
+            object.__setattr__(self, "_digest", _digest_of(self))
+        assert self._digest is not None
+        return self._digest
 
     @classmethod
     def from_model(
@@ -148,14 +172,48 @@ class ModelRecipe:
         if cache is None:
             cache = OrderedDict()
             _models.cache = cache
-        built = cache.get(self.token)
+        key = self.content_digest()
+        built = cache.get(key)
         if built is None:
             built = self.build()
-            cache[self.token] = built
+            cache[key] = built
             while len(cache) > MODELS_PER_THREAD:
                 cache.popitem(last=False)
-        cache.move_to_end(self.token)
+        cache.move_to_end(key)
         return built
+
+
+def _digest_of(recipe: ModelRecipe) -> str:
+    factory = recipe.factory
+    name = getattr(factory, "__qualname__", None)
+    digest = hashlib.blake2b(digest_size=20)
+    if isinstance(factory, (type, types.FunctionType)) and name:
+        digest.update(f"{factory.__module__}.{name}".encode())
+    else:
+        digest.update(_stable_bytes(factory))
+    digest.update(_stable_bytes(sorted(recipe.kwargs.items())))
+    digest.update(f"|{recipe.device}|{recipe.train}|".encode())
+    if recipe.state_dict is None:
+        digest.update(b"no state dict")
+    else:
+        import torch
+
+        for key, value in recipe.state_dict.items():
+            digest.update(f"|{key}|".encode())
+            if isinstance(value, torch.Tensor):
+                flat = value.detach().to("cpu").contiguous().reshape(-1)
+                digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+                digest.update(flat.view(torch.uint8).numpy().tobytes())
+            else:
+                digest.update(_stable_bytes(value))
+    return digest.hexdigest()
+
+
+def _stable_bytes(value: object) -> bytes:
+    try:
+        return pickle.dumps(value, protocol=4)
+    except Exception:
+        return repr(value).encode()
 
 
 def _rebuild_recipe(
@@ -165,8 +223,29 @@ def _rebuild_recipe(
     device: str,
     train: bool,
     token: str,
+    digest: str | None = None,
 ) -> ModelRecipe:
-    return ModelRecipe(factory, kwargs, state_dict, device, train, token)
+    recipe = ModelRecipe(factory, kwargs, state_dict, device, train, token)
+    object.__setattr__(recipe, "_digest", digest)
+    return recipe
+
+
+@contextmanager
+def models_released() -> Iterator[None]:
+    """Drop the models :meth:`ModelRecipe.model` builds on this thread inside the block.
+
+    An in-process operation runs its tasks on the caller's thread; this keeps the models it
+    built from staying alive there after the call (a worker thread's cache is kept).
+    """
+    cache: OrderedDict[str, Any] | None = getattr(_models, "cache", None)
+    before = set() if cache is None else set(cache)
+    try:
+        yield
+    finally:
+        cache = getattr(_models, "cache", None)
+        if cache is not None:
+            for key in [k for k in cache if k not in before]:
+                del cache[key]
 
 
 # One model cache per thread: forward hooks and module state are not shared across threads.

@@ -350,3 +350,28 @@ def test_a_gradient_the_loss_made_non_finite_is_reported_as_entering_the_model()
         TrainingMonitor(fault).run_step(lambda: fault(x).sum().backward())
     assert raised.value.event.origin is not None
     assert not raised.value.event.origin.entered_nonfinite
+
+
+def test_a_parameter_unfrozen_after_construction_is_checked_and_sampled() -> None:
+    """Issue 30.8: a parameter frozen at construction and unfrozen later is still watched."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    for parameter in model[1].parameters():
+        parameter.requires_grad_(False)
+    monitor = TrainingMonitor(model, every=1, on_nonfinite="record")
+    for parameter in model[1].parameters():
+        parameter.requires_grad_(True)
+    x = torch.randn(3, 4)
+    monitor.run_step(lambda: model(x).sum().backward())
+    norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model[1].parameters()]))
+    assert monitor.history.modules["1"].grad_norm[-1] == pytest.approx(float(norm), rel=1e-6)
+    model.zero_grad()
+
+    def poisoned() -> None:
+        model(x).sum().backward()
+        assert model[1].bias.grad is not None
+        model[1].bias.grad[0] = math.nan  # only the once-frozen parameter goes bad
+
+    monitor.run_step(poisoned)
+    assert [event.step for event in monitor.events] == [1]
+    assert leftover_hooks(model.modules()) == []

@@ -72,7 +72,7 @@ from vinlens.operations import (
     check_executor,
     run_operation,
 )
-from vinlens.workers import ModelRecipe, ShardedBatches, as_sharded_batches
+from vinlens.workers import ModelRecipe, ShardedBatches, as_sharded_batches, models_released
 
 __all__ = [
     "DatasetAccumulator",
@@ -231,16 +231,17 @@ def _fold(
             _ShardTask(model, sharded.for_shard(index), index, request)
             for index in range(sharded.count)
         ]
-        return run_operation(
-            tasks,
-            _run_shard,
-            start=lambda: DatasetAccumulator(request),
-            executor=executor,
-            progress=progress,
-            cancel=cancel,
-        )
+        with models_released():  # an in-process run's recipe models do not outlive the call
+            return run_operation(
+                tasks,
+                _run_shard,
+                start=lambda: DatasetAccumulator(request),
+                executor=executor,
+                progress=progress,
+                cancel=cancel,
+            )
     if isinstance(model, ModelRecipe):
-        model = model.model()
+        model = model.build()  # streamed on this thread: not cached beyond the call
     length = _length(batches)
     if total is None:
         total = length if max_batches is None or length is None else min(length, max_batches)

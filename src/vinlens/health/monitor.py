@@ -347,13 +347,14 @@ class TrainingMonitor:
         self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
         self._targets = labelled_modules(model, module_paths)
         self.module_paths: tuple[str, ...] = tuple(path for path, _ in self._targets)
-        self._parameters = [p for p in model.parameters() if p.requires_grad]
+        # Every parameter, frozen ones included: a step checks the gradients that exist,
+        # so a parameter that gains requires_grad after construction is checked too.
+        self._parameters = list(model.parameters())
         # Row of each parameter's owner among the watched paths (-1: not watched).
         rows = {path: row for row, path in enumerate(self.module_paths)}
         self._owner_rows: list[int] = []
-        for name, parameter in model.named_parameters():
-            if parameter.requires_grad:
-                self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
+        for name, _ in model.named_parameters():
+            self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the run_step in progress
         self._events: list[NonFiniteEvent] = []

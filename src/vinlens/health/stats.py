@@ -32,7 +32,7 @@ from vinlens.operations import (
     check_executor,
     run_operation,
 )
-from vinlens.workers import ModelRecipe, ShardedBatches
+from vinlens.workers import ModelRecipe, ShardedBatches, models_released
 
 __all__ = ["ActivationAccumulator", "ActivationStats", "collect_activation_stats"]
 
@@ -337,12 +337,13 @@ def _recipe_stats(
             f"{type(batches).__qualname__}: an iterator or data loader cannot be split "
             "across workers"
         )
-    folded = run_operation(
-        tasks,
-        _stats_task,
-        start=ActivationAccumulator,
-        executor=executor,
-        progress=progress,
-        cancel=cancel,
-    )
+    with models_released():  # an in-process run's recipe models do not outlive the call
+        folded = run_operation(
+            tasks,
+            _stats_task,
+            start=ActivationAccumulator,
+            executor=executor,
+            progress=progress,
+            cancel=cancel,
+        )
     return folded.finish()
