@@ -126,7 +126,7 @@ def _folded(values: np.ndarray, dtype: type[np.floating[Any]]) -> np.ndarray:
     zero = flat.dtype.type(0)
     # x + 0.0 is +0.0 for both zeros and x for every other value (IEEE 754 round to nearest).
     with np.errstate(invalid="ignore"):
-        out = flat + zero
+        out: np.ndarray = flat + zero
     nan = np.isnan(out)
     if nan.any():
         out[nan] = flat.dtype.type(np.nan)
