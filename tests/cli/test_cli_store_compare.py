@@ -82,3 +82,63 @@ def test_compare_errors(
     code = main(["store", "compare", str(a), str(tmp_path / "missing")])
     assert code != 0
     assert str(tmp_path / "missing") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("metric", ["js_distance", "psi", "wasserstein", "ks_statistic"])
+def test_compare_accepts_every_ranking_metric(
+    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str], metric: str
+) -> None:
+    a, b = stores
+    assert main(["store", "compare", str(a), str(b), "--all", "--metric", metric]) == 0
+    assert f"fields by {metric} (largest first)" in capsys.readouterr().out
+
+
+def test_compare_unknown_metric_is_one_line_naming_the_choices(
+    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = stores
+    with pytest.raises(SystemExit) as exc:
+        main(["store", "compare", str(a), str(b), "--metric", "mean"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    for name in ("js_distance", "psi", "wasserstein", "ks_statistic", "'mean'"):
+        assert name in err
+
+
+def test_equal_numbers_compare_equal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """All +0.0 against all -0.0 (and a float16 field holding both zeros) is no drift."""
+    from vinlens.store.compare import compare_vin_offline_stores
+    from vinlens.store.compare_binning import FieldHistogram, drift_metrics
+    from vinlens.store.format import VinOfflineStoreConfig
+
+    samples = make_synthetic_samples(SPEC)
+    kwargs = {"num_candidates": SPEC.num_candidates, "rows_per_shard": SPEC.rows_per_shard}
+    sides = []
+    for name, zero in (("pos", 0.0), ("neg", -0.0)):
+        rows = [
+            dataclasses.replace(s, rri=np.full_like(s.rri, zero, dtype=np.float32))
+            for s in samples
+            if s.rri is not None
+        ]
+        sides.append(write_synthetic_samples(tmp_path / name, rows, **kwargs))  # type: ignore[arg-type]
+    result = compare_vin_offline_stores(
+        VinOfflineStoreConfig(store_dir=str(sides[0])),
+        VinOfflineStoreConfig(store_dir=str(sides[1])),
+        max_samples=None,
+    )
+    rri = next(f for f in result.fields if f.name == "rri")
+    assert (rri.ks_statistic, rri.js_distance, rri.wasserstein) == (0.0, 0.0, 0.0)
+    assert sum(rri.histogram_a) == sum(rri.histogram_b) == rri.count_a
+    assert main(["store", "compare", str(sides[0]), str(sides[1]), "--all", "--json"]) == 0
+    fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
+    assert fields["rri"]["ks_statistic"] == 0.0 and fields["rri"]["js_distance"] == 0.0
+
+    a, b = FieldHistogram.for_dtype("float16"), FieldHistogram.for_dtype("float16")
+    values = np.array([0.0, -0.0, 1.0, 2.0] * 40, dtype=np.float16)
+    a.update(values)
+    b.update(np.abs(values))
+    nan_payload = np.array([0x7E01, 0x7C01], dtype=np.uint16).view(np.float16)
+    assert a.update(nan_payload) == b.update(np.full(2, np.nan, np.float16)) == 2
+    metrics = drift_metrics(a.summary(), b.summary())
+    assert (metrics.ks_statistic, metrics.js_distance, metrics.psi) == (0.0, 0.0, 0.0)
+    assert sum(metrics.display_a) == 160

@@ -120,9 +120,25 @@ def _f16_to_f32() -> np.ndarray:
     return _F16_TO_F32
 
 
+def _folded(values: np.ndarray, dtype: type[np.floating[Any]]) -> np.ndarray:
+    """``values`` as ``dtype`` with -0.0 folded into +0.0 and every NaN payload into one NaN."""
+    flat = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+    zero = flat.dtype.type(0)
+    # x + 0.0 is +0.0 for both zeros and x for every other value (IEEE 754 round to nearest).
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = flat + zero
+    nan = np.isnan(out)
+    if nan.any():
+        out[nan] = flat.dtype.type(np.nan)
+    return out
+
+
 def float32_bins(values: np.ndarray) -> np.ndarray:
-    """Per value, its float32 bin index (the top 16 bits of the bit pattern) as uint16."""
-    flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    """Per value, its float32 bin index (the top 16 bits of the bit pattern) as uint16.
+
+    -0.0 is binned as +0.0 and all NaN payloads as one NaN: equal numbers share a bin.
+    """
+    flat = _folded(values, np.float32)
     return (flat.view(np.uint32) >> 16).astype(np.uint16)
 
 
@@ -165,7 +181,7 @@ class FieldHistogram:
             self.integers.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
             return 0
         if self.kind == FLOAT16:
-            counts = float16_counts(values.astype(np.float16, copy=False))
+            counts = float16_counts(_folded(values, np.float16))
         else:
             nonfinite = self.moments.update(values)
             counts = float16_counts(float32_bins(values).view(np.float16))
@@ -324,8 +340,9 @@ def _shared(a: HistogramSummary, b: HistogramSummary) -> tuple[np.ndarray, np.nd
     values = np.union1d(a.values, b.values)
     ca = np.zeros(values.size, dtype=np.int64)
     cb = np.zeros(values.size, dtype=np.int64)
-    ca[np.searchsorted(values, a.values)] = a.counts
-    cb[np.searchsorted(values, b.values)] = b.counts
+    # Added, not assigned: two bins with one representative value both keep their counts.
+    np.add.at(ca, np.searchsorted(values, a.values), a.counts)
+    np.add.at(cb, np.searchsorted(values, b.values), b.counts)
     return values, ca, cb
 
 
