@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.store.s3_server import S3Server, s3_filesystem
+from s3_server import S3Server, s3_filesystem
 
 from vinlens.health import open_run
 
