@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from vinlens.cli.store import _storage_option, parse_storage_options
+from vinlens.cli.store import add_storage_option_argument, parse_storage_options
 from vinlens.cli.table import format_table
 
 __all__ = ["SHOW_DESCRIPTION", "SHOW_HELP", "add_show_arguments", "show"]
@@ -24,15 +24,7 @@ _TOP = 10
 def add_show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--storage-option",
-        dest="storage_options",
-        type=_storage_option,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option for URLs, repeatable",
-    )
+    add_storage_option_argument(parser)
 
 
 def show(args: argparse.Namespace) -> int:

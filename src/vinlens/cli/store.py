@@ -34,6 +34,7 @@ __all__ = [
     "add_info_arguments",
     "add_make_demo_arguments",
     "add_stats_arguments",
+    "add_storage_option_argument",
     "coverage",
     "info",
     "make_demo",
@@ -66,6 +67,26 @@ def _storage_option(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def add_storage_option_argument(
+    parser: argparse.ArgumentParser,
+    *,
+    flag: str = "--storage-option",
+    dest: str = "storage_options",
+    help: str = "fsspec storage option for URLs, repeatable (e.g. anon=true, "
+    "client_kwargs.endpoint_url=http://127.0.0.1:9000)",
+) -> None:
+    """A repeatable ``KEY=VALUE`` option collected as pairs for :func:`parse_storage_options`."""
+    parser.add_argument(
+        flag,
+        dest=dest,
+        type=_storage_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=help,
+    )
+
+
 def parse_storage_options(items: Sequence[tuple[str, Any]]) -> dict[str, Any] | None:
     """``--storage-option`` pairs as fsspec's ``storage_options`` dict (``None`` when empty).
 
@@ -94,16 +115,7 @@ def parse_storage_options(items: Sequence[tuple[str, Any]]) -> dict[str, Any] | 
 
 def _add_store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", metavar="STORE", help="store directory or URL (s3://, file://, …)")
-    parser.add_argument(
-        "--storage-option",
-        dest="storage_options",
-        type=_storage_option,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option for URLs, repeatable (e.g. anon=true, "
-        "client_kwargs.endpoint_url=http://127.0.0.1:9000)",
-    )
+    add_storage_option_argument(parser)
 
 
 def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from vinlens.cli.arguments import non_negative_int
 from vinlens.cli.store import (
     _add_execution_arguments,
     _progress,
-    _storage_option,
+    add_storage_option_argument,
     open_executor,
     parse_storage_options,
 )
@@ -56,24 +56,16 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``vinlens store compare``."""
     parser.add_argument("store_a", metavar="A", help="the reference store: directory or URL")
     parser.add_argument("store_b", metavar="B", help="the store compared with A: directory or URL")
-    parser.add_argument(
-        "--storage-option",
-        dest="storage_options",
-        type=_storage_option,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+    add_storage_option_argument(
+        parser,
         help="fsspec storage option for URL stores, repeatable (e.g. anon=true, "
         "client_kwargs.endpoint_url=http://127.0.0.1:9000)",
     )
     for side in ("a", "b"):
-        parser.add_argument(
-            f"--storage-option-{side}",
+        add_storage_option_argument(
+            parser,
+            flag=f"--storage-option-{side}",
             dest=f"storage_options_{side}",
-            type=_storage_option,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
             help=f"storage option for store {side.upper()} only (another endpoint or "
             "credentials), repeatable; it overrides --storage-option's value of the same key",
         )
