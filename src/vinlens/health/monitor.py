@@ -442,8 +442,6 @@ class TrainingMonitor:
         if sampled:
             assert outputs is not None
             finite = self._record_sample(step, outputs, grads)
-        elif self._log is None:
-            finite = _all_finite(grads)
         else:
             finite, self._last_norm = _finite_norm(grads)
         if self._log is not None:
@@ -618,8 +616,7 @@ def _grouped_norms(
     groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
     for index, grad in enumerate(grads):
         if grad is not None:
-            if grad.is_sparse:  # nn.Embedding(sparse=True): the norm of its summed values
-                grad = grad.coalesce().values()
+            grad = _dense_values(grad)  # nn.Embedding(sparse=True): its summed values
             indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
             indices.append(index)
             tensors.append(grad)
@@ -639,19 +636,17 @@ def _dense_values(grad: torch.Tensor) -> torch.Tensor:
 
 
 def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
-    """Whether every gradient is finite: one fused norm per device and dtype, one read each.
-
-    Only when a norm is not finite is each gradient checked on its own (finite values
-    near 1e19 overflow a float32 norm).
-    """
-    groups = _grouped_norms(grads)
-    if all(math.isfinite(norms.sum().item()) for _, norms in groups):
-        return True
-    return all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
+    """Whether every gradient is finite (see :func:`_finite_norm`)."""
+    return _finite_norm(grads)[0]
 
 
 def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
-    """Whether every gradient is finite, and the global L2 norm (one read per group)."""
+    """Whether every gradient is finite, and the global L2 norm.
+
+    One fused norm per device and dtype, one read each; only when their squares are not
+    finite is each gradient checked on its own (finite values near 1e19 overflow a float32
+    norm, whose global norm is then reported as inf).
+    """
     squares = 0.0
     for _, norms in _grouped_norms(grads):
         squares += norms.double().square().sum().item()
