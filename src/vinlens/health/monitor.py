@@ -15,13 +15,14 @@ over every sampled step, so memory does not grow with the length of the run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
 import threading
 import types
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -44,6 +45,7 @@ __all__ = [
     "ModuleHistory",
     "ModuleTotals",
     "MonitorTotals",
+    "MonitoredStep",
     "NonFiniteEvent",
     "NonFiniteGradientError",
     "TrainingHistory",
@@ -98,11 +100,14 @@ class NonFiniteEvent:
             state and inputs).
         rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
             it is not initialized.
+        replayed: False when the step was not replayed (:meth:`TrainingMonitor.end_step`
+            got no ``replay``), so ``origin`` is None without a search.
     """
 
     step: int
     origin: GradientOrigin | None
     rank: int = 0
+    replayed: bool = True
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -115,7 +120,9 @@ class NonFiniteGradientError(RuntimeError):
     def __init__(self, event: NonFiniteEvent) -> None:
         origin = event.origin
         where = (
-            "the replay stayed finite"
+            "not replayed (end_step got no replay function), origin unknown"
+            if not event.replayed
+            else "the replay stayed finite"
             if origin is None
             else "already non-finite where it entered the model (made by the loss), first"
             f" reaching {origin.module_path!r} (call {origin.call_index})"
@@ -292,6 +299,33 @@ def _replay(
             parameter.grad = grad
 
 
+@dataclass
+class MonitoredStep:
+    """The step of a :meth:`TrainingMonitor.monitored_step` block.
+
+    Attributes:
+        step: Its step number.
+        result: Set it to the step's loss for the run log.
+        event: After the block, what :meth:`TrainingMonitor.end_step` returned.
+    """
+
+    step: int
+    result: object = None
+    event: NonFiniteEvent | None = None
+
+
+@dataclass
+class _OpenStep:
+    """What :meth:`TrainingMonitor.begin_step` saved for :meth:`TrainingMonitor.end_step`."""
+
+    step: int
+    thread: int
+    rng: _RngStates
+    start_buffers: list[torch.Tensor] | None
+    outputs: ActivationAccumulator | None  # None: not a sampled step
+    hooks: HookSet | None
+
+
 class TrainingMonitor:
     """Watch a training loop: a cheap finiteness check per step, module history per sample.
 
@@ -356,7 +390,8 @@ class TrainingMonitor:
         for name, _ in model.named_parameters():
             self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
-        self._running = threading.Lock()  # held by the run_step in progress
+        self._running = threading.Lock()  # held by the step in progress
+        self._open: _OpenStep | None = None  # the step begin_step began
         self._events: list[NonFiniteEvent] = []
         self._step = 0
         self._samples = 0
@@ -381,7 +416,8 @@ class TrainingMonitor:
 
     @property
     def step(self) -> int:
-        """The number the next :meth:`run_step` call gets (steps run so far)."""
+        """The number the next step gets (steps begun so far, by :meth:`run_step` or
+        :meth:`begin_step`)."""
         return self._step
 
     @property
@@ -393,77 +429,205 @@ class TrainingMonitor:
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
 
-        A sampled step records only module calls on the thread running ``run_step``
-        (forwards of the same model on an evaluation or serving thread are not counted).
+        The same as ``begin_step()``, ``result = step_fn()``,
+        ``end_step(result, replay=step_fn)``, with :meth:`abort_step` when ``step_fn``
+        raises. A sampled step records only module calls on the thread running
+        ``run_step`` (forwards of the same model on an evaluation or serving thread are
+        not counted).
 
         Raises:
-            RuntimeError: another ``run_step`` of this monitor is in progress (a second
-                thread, or ``step_fn`` calling it again).
+            RuntimeError: another step of this monitor is in progress (a second thread,
+                or ``step_fn`` calling ``run_step`` again).
             NonFiniteGradientError: the step's gradients held NaN or Inf and
                 ``on_nonfinite="raise"``.
             Exception: whatever ``step_fn`` raises (every hook removed first).
         """
         check_callable(step_fn, "runs one training step (zero_grad, forward, backward)")
+        step = self.begin_step()
+        try:
+            result = step_fn()
+        except BaseException:
+            self._abandon(step)
+            raise
+        self.end_step(result, replay=step_fn)
+        return result
+
+    def begin_step(self) -> int:
+        """Begin a step whose work the caller runs itself; returns its step number.
+
+        For loops that cannot hand their step to :meth:`run_step` (Lightning, the Hugging
+        Face Trainer: callbacks before the forward and after the backward). Saves the
+        random-number state (and, with ``log_dir``, the buffers) the step starts from and,
+        on a sampled step, arms the module hooks. Call it before the step's forward; then
+        :meth:`end_step` after its backward and before the optimizer step, on the same
+        thread, or :meth:`abort_step` when the step failed in between.
+
+        Raises:
+            RuntimeError: a step is already in progress. On this thread (``begin_step``
+                twice without ``end_step``), that step is abandoned first, its hooks
+                removed, so the monitor is free again; a step begun on another thread is
+                left running.
+        """
         if not self._running.acquire(blocking=False):
+            stale = self._open
+            if stale is not None and stale.thread == threading.get_ident():
+                self._abandon(stale.step)
+                raise RuntimeError(
+                    f"TrainingMonitor.begin_step: step {stale.step} is still in progress on "
+                    "this thread (begin_step twice without end_step, or run_step inside its "
+                    "own step); one monitor runs one step at a time, so that step was abandoned "
+                    "and its hooks removed: end each step (end_step, or abort_step when it "
+                    "failed) before beginning the next"
+                )
             raise RuntimeError(
-                f"TrainingMonitor.run_step is already running (step {self._step - 1}); one "
-                "monitor runs one step at a time: call run_step from one training thread "
-                "and give other threads their own monitor"
+                f"TrainingMonitor.run_step is already running (step {self._step - 1}) on "
+                "another thread; one monitor runs one step at a time: run its steps from "
+                "one training thread and give other threads their own monitor"
+            )
+        hooks = None
+        try:
+            step = self._step
+            self._step += 1
+            rng = _rng_states()
+            start_buffers = None
+            if self._log is not None:  # the replay bundle's state is the step's start
+                start_buffers = [b.detach().clone() for b in self.model.buffers()]
+            outputs: ActivationAccumulator | None = None
+            owner = threading.get_ident()
+            if step % self.every == 0:
+                outputs = ActivationAccumulator()
+                fold = outputs.update
+
+                def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+                    if threading.get_ident() == owner:  # not an eval/serving thread's forward
+                        fold(label, output)
+
+                hooks = HookSet()
+                hooks.hook_modules(self._targets, None, post)
+            self._open = _OpenStep(step, owner, rng, start_buffers, outputs, hooks)
+        except BaseException:
+            if hooks is not None:
+                hooks.remove()
+            self._running.release()
+            raise
+        return step
+
+    def end_step(
+        self, result: object = None, *, replay: Callable[[], object] | None = None
+    ) -> NonFiniteEvent | None:
+        """End the step :meth:`begin_step` began: disarm its hooks and check its gradients.
+
+        Call it after the backward, before the optimizer step. ``result`` is the step's
+        loss for the run log (a scalar tensor or a number; anything else is logged as
+        NaN). ``replay`` re-runs the step from the start (zero_grad, forward, backward on
+        the same batch), taking no arguments: a non-finite step is replayed with it under
+        the origin search, from the random state saved by ``begin_step``, then the model's
+        buffers and gradients are put back as the step left them. Without ``replay`` a
+        non-finite step is recorded with ``origin=None`` and ``replayed=False``.
+
+        Returns:
+            The step's :class:`NonFiniteEvent` (with ``on_nonfinite="record"``), or None
+            when its gradients are finite.
+
+        Raises:
+            RuntimeError: no step in progress, or it was begun on another thread (that
+                step is left running).
+            NonFiniteGradientError: non-finite gradients and ``on_nonfinite="raise"``.
+        """
+        step = self._open
+        if step is None:
+            raise RuntimeError(
+                "TrainingMonitor.end_step: no step in progress (call begin_step before the "
+                "step's forward, and end_step once after its backward)"
+            )
+        if step.thread != threading.get_ident():
+            raise RuntimeError(
+                f"TrainingMonitor.end_step: step {step.step} was begun on another thread; "
+                "end a step on the thread that began it"
             )
         try:
-            return self._run_step(step_fn)
+            if step.hooks is not None:
+                step.hooks.remove()
+            if replay is not None:
+                check_callable(replay, "re-runs the step (zero_grad, forward, backward)")
+            return self._finish(step, result, replay)
         finally:
+            self._open = None
             self._running.release()
 
-    def _run_step(self, step_fn: Callable[[], _Result]) -> _Result:
-        step = self._step
-        self._step += 1
-        rng = _rng_states()
-        start_buffers = None
-        if self._log is not None:  # the replay bundle's state is the step's start
-            start_buffers = [b.detach().clone() for b in self.model.buffers()]
-        sampled = step % self.every == 0
-        outputs: ActivationAccumulator | None = None
-        if sampled:
-            outputs = ActivationAccumulator()
-            fold = outputs.update
-            owner = threading.get_ident()
+    def abort_step(self) -> bool:
+        """Abandon the step in progress (its step failed): remove its hooks, record nothing.
 
-            def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-                if threading.get_ident() == owner:  # not an eval/serving thread's forward
-                    fold(label, output)
+        Returns whether a step was in progress. The step number stays used.
+        """
+        step = self._open
+        return step is not None and self._abandon(step.step)
 
-            with HookSet() as hooks:
-                hooks.hook_modules(self._targets, None, post)
-                result = step_fn()
-        else:
-            result = step_fn()
+    @contextlib.contextmanager
+    def monitored_step(
+        self, *, replay: Callable[[], object] | None = None
+    ) -> Iterator[MonitoredStep]:
+        """:meth:`begin_step` and :meth:`end_step` around a ``with`` block.
+
+        ``with monitor.monitored_step(replay=step) as s: s.result = step()``; after the
+        block ``s.event`` holds what :meth:`end_step` returned. A block that raises
+        abandons the step (:meth:`abort_step`) and the exception propagates.
+        """
+        handle = MonitoredStep(self.begin_step())
+        try:
+            yield handle
+        except BaseException:
+            self._abandon(handle.step)
+            raise
+        handle.event = self.end_step(handle.result, replay=replay)
+
+    def _abandon(self, number: int) -> bool:
+        """Remove the hooks of step ``number`` if it is still in progress and free the monitor."""
+        step = self._open
+        if step is None or step.step != number:
+            return False
+        self._open = None
+        try:
+            if step.hooks is not None:
+                step.hooks.remove()
+        finally:
+            self._running.release()
+        return True
+
+    def _finish(
+        self, open_step: _OpenStep, result: object, replay: Callable[[], object] | None
+    ) -> NonFiniteEvent | None:
+        step, sampled = open_step.step, open_step.outputs is not None
         grads = [p.grad for p in self._parameters]
-        if sampled:
-            assert outputs is not None
-            finite = self._record_sample(step, outputs, grads)
+        if open_step.outputs is not None:
+            finite = self._record_sample(step, open_step.outputs, grads)
         else:
             finite, self._last_norm = _finite_norm(grads)
         if self._log is not None:
             self._log.check()
             self._log.step(step, self._last_norm, _loss(result))
-        if not finite:
-            capture = None
-            if self._log is not None:
-                capture = self._log.capture(self.model, start_buffers)
-            replayed = step_fn if capture is None else capture.wrap(step_fn)
-            origin = _replay(self.model, self._parameters, replayed, rng)
-            event = NonFiniteEvent(step, origin, self.rank)
-            with self._lock:
-                self._events.append(event)
-            if self._log is not None:
-                self._log.nonfinite(step, self.rank, origin, capture, rng, self.replay_max_bytes)
-            self._notify()
-            if self.on_nonfinite == "raise":
-                raise NonFiniteGradientError(event)
-        elif sampled:
-            self._notify()
-        return result
+        if finite:
+            if sampled:
+                self._notify()
+            return None
+        capture = None
+        if self._log is not None:
+            capture = self._log.capture(self.model, open_step.start_buffers)
+        origin = None
+        if replay is not None:
+            replayed = replay if capture is None else capture.wrap(replay)
+            origin = _replay(self.model, self._parameters, replayed, open_step.rng)
+        event = NonFiniteEvent(step, origin, self.rank, replayed=replay is not None)
+        with self._lock:
+            self._events.append(event)
+        if self._log is not None:
+            self._log.nonfinite(
+                step, self.rank, origin, capture, open_step.rng, self.replay_max_bytes
+            )
+        self._notify()
+        if self.on_nonfinite == "raise":
+            raise NonFiniteGradientError(event)
+        return event
 
     # ------------------------------------------------------------------ run log
 
