@@ -438,7 +438,7 @@ class TrainingMonitor:
         rng = _rng_states()
         start_buffers = None
         if self._log is not None:  # the replay bundle's state is the step's start
-            start_buffers = [b.detach().clone() for b in self.model.buffers()]
+            start_buffers = self._log.start_state(self._module)
         sampled = step % self.every == 0
         outputs: ActivationAccumulator | None = None
         if sampled:
@@ -463,7 +463,7 @@ class TrainingMonitor:
             finite, self._last_norm = self._checked_norm(grads)
         if self._log is not None:
             self._log.check()
-            self._log.step(step, self._last_norm, _loss(result))
+            self._log.step(step, self._last_norm, result)  # the loss, read when written
         if not finite:
             capture = None
             if self._log is not None:
@@ -685,15 +685,6 @@ def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         return True, math.sqrt(squares)
     finite = all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
     return finite, math.inf if finite else math.nan
-
-
-def _loss(result: object) -> float:
-    """The loss a step returned (a scalar tensor or a number), NaN otherwise."""
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return float(result.detach())
-    if isinstance(result, int | float) and not isinstance(result, bool):
-        return float(result)
-    return math.nan
 
 
 def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:

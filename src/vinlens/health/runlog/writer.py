@@ -9,6 +9,7 @@ whole when it appears. A killed writer leaves whole records and at most one torn
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from vinlens.health.runlog.format import (
     EVENT,
@@ -82,6 +84,7 @@ class _Pending:
     sample_steps: list[int] = field(default_factory=list)
     samples: list[np.ndarray[Any, np.dtype[np.float64]]] = field(default_factory=list)
     sample_bytes: int = 0
+    deferred: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
 
 class RunLogWriter:
@@ -118,6 +121,7 @@ class RunLogWriter:
         self._bundles = 0
         self._file: Any = None
         self._file_size = 0
+        self._start: Any = None
         try:
             if self._fs is None:
                 os.makedirs(self._dir, exist_ok=True)
@@ -144,13 +148,26 @@ class RunLogWriter:
 
     # ------------------------------------------------------------------ records
 
-    def step(self, step: int, grad_norm: float, loss: float) -> None:
-        """One step's global gradient norm and loss (NaN when ``step_fn`` returned none)."""
-        pending = self._pending
+    def step(self, step: int, grad_norm: float, loss: object) -> None:
+        """One step's global gradient norm and loss: what ``step_fn`` returned, a scalar
+        tensor or a number (NaN for anything else). A loss on an accelerator is read when
+        the buffer is written (on the flushing thread), so the step does not wait for it."""
+        value = math.nan
+        deferred = None
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            if loss.device.type == "cpu":
+                value = float(loss.detach())
+            else:
+                deferred = loss.detach().clone()
+        elif isinstance(loss, int | float) and not isinstance(loss, bool):
+            value = float(loss)
         with self._lock:
+            pending = self._pending
+            if deferred is not None:
+                pending.deferred.append((len(pending.losses), deferred))
             pending.steps.append(step)
             pending.norms.append(grad_norm)
-            pending.losses.append(loss)
+            pending.losses.append(value)
         self._maybe_flush()
 
     def sample(self, step: int, block: np.ndarray[Any, np.dtype[np.float64]]) -> None:
@@ -169,6 +186,16 @@ class RunLogWriter:
         with self._lock:
             self._pending.records += encode_record(EVENT, encode_json(fields))
         self.flush()
+
+    def start_state(self, model: Any) -> Any:
+        """The buffers of ``model`` as the step starts (a
+        :class:`~vinlens.health.runlog.replay.StartState`, refilled in place each step)."""
+        from vinlens.health.runlog.replay import StartState
+
+        start = self._start
+        if start is None or start.model is not model:
+            start = self._start = StartState(model)
+        return start.capture()
 
     def capture(self, model: Any, start_buffers: Any) -> Any:
         """A :class:`~vinlens.health.runlog.replay.ReplayCapture` for a step's replay."""
@@ -236,6 +263,8 @@ class RunLogWriter:
         data = pending.records
         if pending.samples:
             data = data + encode_samples(pending.sample_steps, pending.samples)
+        for index, tensor in pending.deferred:
+            pending.losses[index] = float(tensor)
         if pending.steps:
             n = len(pending.steps)
             payload = (
