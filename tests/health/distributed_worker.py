@@ -85,6 +85,48 @@ def main() -> None:
             step()  # the peer trains unmonitored
         step()  # and both ranks keep training together afterwards
         found["trained_on"] = True
+    elif scenario == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        fsdp = model(0)  # finite on every rank
+        reference = model(0)
+        fully_shard(fsdp.enc)
+        fully_shard(fsdp.dec)
+        fully_shard(fsdp)
+        found["fsdp_hooks"] = leftover_hooks(list(fsdp.modules()))  # FSDP's own
+        torch.manual_seed(7)
+        full = torch.rand(2 * world, 4)  # the same global batch on every rank
+        mine = full[2 * rank : 2 * rank + 2]
+
+        def sharded_step() -> torch.Tensor:
+            fsdp.zero_grad(set_to_none=True)
+            loss = fsdp(mine).mean()
+            loss.backward()
+            return loss
+
+        def reference_step() -> torch.Tensor:
+            reference.zero_grad(set_to_none=True)
+            loss = reference(full).mean()  # the mean over ranks of each rank's mean
+            loss.backward()
+            return loss
+
+        monitor = TrainingMonitor(fsdp, every=1, on_nonfinite="record")
+        plain = TrainingMonitor(reference, every=1)
+        monitor.run_step(sharded_step)
+        plain.run_step(reference_step)
+        found["norms"] = {p: monitor.history.modules[p].grad_norm[0] for p in ("enc", "dec")}
+        found["reference"] = {p: plain.history.modules[p].grad_norm[0] for p in ("enc", "dec")}
+        found["refused_local"] = False
+        try:
+            TrainingMonitor(fsdp, ranks="local")
+        except ValueError as error:
+            found["refused_local"] = str(error)
+        if rank == 1:  # a NaN in one element of rank 1's shard of dec.weight only
+            with torch.no_grad():
+                fsdp.dec.weight.to_local()[0, 0] = float("nan")
+        monitor.run_step(sharded_step)
+        found["events"] = [list(e.made_on_ranks) for e in monitor.events]
+        ddp = fsdp
     dist.barrier()
     found["leftover"] = leftover_hooks(list(ddp.modules()))
     dist.destroy_process_group()

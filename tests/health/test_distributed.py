@@ -81,3 +81,20 @@ def test_one_rank_monitoring_is_refused_or_local_and_never_crashes_the_peer(
     assert rank0["origin"] is None
     assert rank0["trained_on"] is True and rank1["trained_on"] is True
     assert rank0["leftover"] == [] and rank1["leftover"] == []
+
+
+@pytest.mark.timeout(180)
+def test_fsdp2_norms_are_the_unsharded_models_and_every_shard_is_checked(
+    tmp_path: Path,
+) -> None:
+    ranks = run_ranks("fsdp", tmp_path)
+    assert ranks[0]["events"] == ranks[1]["events"]  # made_on_ranks: the same on every rank
+    for found in ranks:
+        norms, reference = found["norms"], found["reference"]
+        assert isinstance(norms, dict) and isinstance(reference, dict)
+        for path in ("enc", "dec"):  # float32 sums in another order: a few ulps
+            assert norms[path] == pytest.approx(reference[path], rel=1e-5)
+        assert "(ranks='local') cannot watch" in str(found["refused_local"])
+        # the NaN sits in rank 1's shard: both ranks record the step
+        assert len(found["events"]) == 1  # type: ignore[arg-type]
+        assert found["leftover"] == found["fsdp_hooks"]  # only FSDP's own hooks remain
