@@ -14,12 +14,19 @@ import struct
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vinlens.health.runlog.format import EVENT, META, SAMPLE, STEPS, encode_json, encode_record
+from vinlens.health.runlog.format import (
+    EVENT,
+    META,
+    STEPS,
+    encode_json,
+    encode_record,
+    encode_samples,
+)
 from vinlens.health.runlog.location import split_log_dir
 
 __all__ = [
@@ -72,6 +79,9 @@ class _Pending:
     steps: list[int]
     norms: list[float]
     losses: list[float]
+    sample_steps: list[int] = field(default_factory=list)
+    samples: list[np.ndarray[Any, np.dtype[np.float64]]] = field(default_factory=list)
+    sample_bytes: int = 0
 
 
 class RunLogWriter:
@@ -144,10 +154,14 @@ class RunLogWriter:
         self._maybe_flush()
 
     def sample(self, step: int, block: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """One sampled step's ``(modules, fields)`` rows."""
-        payload = struct.pack("<q", step) + np.ascontiguousarray(block.T, dtype="<f8").tobytes()
+        """One sampled step's ``(modules, fields)`` rows (a flush writes its sampled steps as
+        one :data:`~vinlens.health.runlog.format.SAMPLES` record)."""
+        rows = np.array(block, dtype=np.float64)
         with self._lock:
-            self._pending.records += encode_record(SAMPLE, payload)
+            pending = self._pending
+            pending.sample_steps.append(step)
+            pending.samples.append(rows)
+            pending.sample_bytes += rows.nbytes
         self._maybe_flush()
 
     def event(self, fields: dict[str, object]) -> None:
@@ -212,12 +226,16 @@ class RunLogWriter:
         if self.error is not None:
             return
         due = time.monotonic() - self._last_flush >= self.flush_interval
-        if due or len(self._pending.records) >= _BUFFER_BYTES or len(self._pending.steps) >= 65536:
+        pending = self._pending
+        size = len(pending.records) + pending.sample_bytes
+        if due or size >= _BUFFER_BYTES or len(pending.steps) >= 65536:
             self.flush()
 
     def _take(self) -> bytes:
         pending = self._pending
         data = pending.records
+        if pending.samples:
+            data = data + encode_samples(pending.sample_steps, pending.samples)
         if pending.steps:
             n = len(pending.steps)
             payload = (
