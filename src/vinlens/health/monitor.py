@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from vinlens.health.runlog.writer import RunLogWriter
 
 __all__ = [
+    "EVENTS_KEPT",
     "HISTORY_SAMPLES",
     "HistoryMatrix",
     "ModuleHistory",
@@ -54,6 +55,12 @@ __all__ = [
 #: Sampled steps kept in the ring of :attr:`TrainingMonitor.history` (older ones live on
 #: only in the totals).
 HISTORY_SAMPLES = 512
+
+#: Non-finite events a monitor keeps in full (:attr:`TrainingMonitor.events`, ~2.5 KB
+#: each). Past them a step is counted (:attr:`TrainingMonitor.nonfinite_count`,
+#: :attr:`TrainingMonitor.last_nonfinite_step`), and with ``on_nonfinite="record"`` not
+#: replayed: a NaN flood (weights already NaN) costs neither memory nor a replay per step.
+EVENTS_KEPT = 100
 
 _Result = TypeVar("_Result")
 _SUMMARY_FIELDS = (
@@ -374,6 +381,8 @@ class TrainingMonitor:
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the run_step in progress
         self._events: list[NonFiniteEvent] = []
+        self._nonfinite_count = 0
+        self._last_nonfinite_step: int | None = None
         self._step = 0
         self._samples = 0
         self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
@@ -403,9 +412,20 @@ class TrainingMonitor:
 
     @property
     def events(self) -> tuple[NonFiniteEvent, ...]:
-        """Every non-finite step so far, in step order."""
+        """The first :data:`EVENTS_KEPT` non-finite steps, in step order (later ones are
+        counted in :attr:`nonfinite_count`)."""
         with self._lock:
             return tuple(self._events)
+
+    @property
+    def nonfinite_count(self) -> int:
+        """Non-finite steps so far, those past :data:`EVENTS_KEPT` included."""
+        return self._nonfinite_count
+
+    @property
+    def last_nonfinite_step(self) -> int | None:
+        """The latest non-finite step (kept in :attr:`events` or only counted), or None."""
+        return self._last_nonfinite_step
 
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
@@ -465,6 +485,13 @@ class TrainingMonitor:
             self._log.check()
             self._log.step(step, self._last_norm, result)  # the loss, read when written
         if not finite:
+            with self._lock:
+                keep = len(self._events) < EVENTS_KEPT
+                self._nonfinite_count += 1
+                self._last_nonfinite_step = step
+            if not keep and self.on_nonfinite == "record":
+                self._notify()  # counted only (see EVENTS_KEPT)
+                return result
             capture = None
             if self._log is not None:
                 capture = self._log.capture(self._module, start_buffers)
@@ -473,8 +500,9 @@ class TrainingMonitor:
                 origin = _replay(self._module, self._parameters, replayed, rng)
             made_on = self._ranks.made_on_ranks(origin is not None)
             event = NonFiniteEvent(step, origin, self.rank, made_on)
-            with self._lock:
-                self._events.append(event)
+            if keep:
+                with self._lock:
+                    self._events.append(event)
             if self._log is not None:
                 self._log.nonfinite(step, self.rank, origin, capture, rng, self.replay_max_bytes)
             self._notify()
