@@ -18,28 +18,50 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health._monitor_records import (
+    COLUMNS,
+    GRAD_NORM,
+    SUMMARY_FIELDS,
+    HistoryField,
+    HistoryMatrix,
+    ModuleHistory,
+    ModuleTotals,
+    MonitoredStep,
+    MonitorTotals,
+    NonFiniteEvent,
+    NonFiniteGradientError,
+    TrainingHistory,
+    summary_of_row,
+)
+from vinlens.health._monitor_steps import (
+    OpenStep,
+    all_finite,
+    finite_norm,
+    parameter_norms,
+    replay_step,
+    rng_states,
+)
+from vinlens.health.distributed import RankSync, unwrap_ddp
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
-from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
+from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator
 
 if TYPE_CHECKING:
     from vinlens.health.runlog.writer import RunLogWriter
 
 __all__ = [
+    "EVENTS_KEPT",
     "HISTORY_SAMPLES",
     "HistoryMatrix",
     "ModuleHistory",
@@ -56,274 +78,13 @@ __all__ = [
 #: only in the totals).
 HISTORY_SAMPLES = 512
 
+#: Non-finite events a monitor keeps in full (:attr:`TrainingMonitor.events`, ~2.5 KB
+#: each). Past them a step is counted (:attr:`TrainingMonitor.nonfinite_count`,
+#: :attr:`TrainingMonitor.last_nonfinite_step`), and with ``on_nonfinite="record"`` not
+#: replayed: a NaN flood (weights already NaN) costs neither memory nor a replay per step.
+EVENTS_KEPT = 100
+
 _Result = TypeVar("_Result")
-_SUMMARY_FIELDS = (
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "abs_max",
-    "zero_fraction",
-    "nan_count",
-    "posinf_count",
-    "neginf_count",
-)
-_GRAD_NORM = len(_SUMMARY_FIELDS)
-#: Columns of :meth:`TrainingMonitor.history_matrix`.
-HistoryField = Literal[
-    "grad_norm",
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "abs_max",
-    "zero_fraction",
-    "nan_count",
-    "posinf_count",
-    "neginf_count",
-]
-_COLUMNS: dict[str, int] = {name: i for i, name in enumerate(_SUMMARY_FIELDS)} | {
-    "grad_norm": _GRAD_NORM
-}
-
-
-@dataclass(frozen=True)
-class NonFiniteEvent:
-    """A training step whose parameter gradients held NaN or Inf.
-
-    Attributes:
-        step: The step number (0 for the first :meth:`TrainingMonitor.run_step` call).
-        origin: Where the replayed step's gradients first became non-finite; None when
-            the replay stayed finite (a step that does not repeat given the same random
-            state and inputs).
-        rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
-            it is not initialized.
-        replayed: False when the step was not replayed (:meth:`TrainingMonitor.end_step`
-            got no ``replay``), so ``origin`` is None without a search.
-    """
-
-    step: int
-    origin: GradientOrigin | None
-    rank: int = 0
-    replayed: bool = True
-
-
-class NonFiniteGradientError(RuntimeError):
-    """Raised by :meth:`TrainingMonitor.run_step` for a non-finite step (``on_nonfinite="raise"``).
-
-    Attributes:
-        event: The recorded :class:`NonFiniteEvent`.
-    """
-
-    def __init__(self, event: NonFiniteEvent) -> None:
-        origin = event.origin
-        where = (
-            "not replayed (end_step got no replay function), origin unknown"
-            if not event.replayed
-            else "the replay stayed finite"
-            if origin is None
-            else "already non-finite where it entered the model (made by the loss), first"
-            f" reaching {origin.module_path!r} (call {origin.call_index})"
-            if origin.entered_nonfinite
-            else f"first made in {origin.module_path!r} (call {origin.call_index})"
-            + (
-                f", parameters {', '.join(origin.parameter_paths)}"
-                if origin.parameter_paths
-                else ""
-            )
-            + (" during the forward" if origin.forward_origin is not None else "")
-        )
-        super().__init__(f"step {event.step}: non-finite parameter gradients, {where}")
-        self.event = event
-
-
-@dataclass(frozen=True)
-class ModuleHistory:
-    """One module over the sampled steps in the ring.
-
-    Attributes:
-        grad_norm: L2 norm of the module's own parameters' gradients, one float per sampled
-            step (NaN when it has no parameter with a gradient).
-        output: Summary of the module's floating outputs (every call), one per sampled step
-            (``count == 0`` when it did not run).
-        grad_norm_total: Statistics of ``grad_norm`` over every sampled step of the run,
-            including those that left the ring.
-        output_total: Summary of the outputs over every sampled step of the run.
-    """
-
-    grad_norm: tuple[float, ...]
-    output: tuple[TensorSummary, ...]
-    grad_norm_total: TensorSummary
-    output_total: TensorSummary
-
-
-@dataclass(frozen=True)
-class TrainingHistory:
-    """The sampled steps of a monitored run.
-
-    Attributes:
-        steps: Step numbers of the sampled steps in the ring, oldest first.
-        modules: Per module path (registration order), its history.
-        steps_run: Steps run so far.
-        samples: Sampled steps so far (``len(steps)`` until the ring is full).
-    """
-
-    steps: tuple[int, ...]
-    modules: Mapping[str, ModuleHistory]
-    steps_run: int
-    samples: int
-
-
-@dataclass(frozen=True)
-class HistoryMatrix:
-    """One statistic of every module over the sampled steps in the ring.
-
-    Attributes:
-        field: ``"grad_norm"`` or a :class:`TensorSummary` field of the outputs.
-        steps: Sampled step numbers, oldest first (the columns).
-        module_paths: The rows.
-        values: ``float64`` array of shape ``(len(module_paths), len(steps))``.
-    """
-
-    field: str
-    steps: tuple[int, ...]
-    module_paths: tuple[str, ...]
-    values: np.ndarray[Any, np.dtype[np.float64]]
-
-
-@dataclass(frozen=True)
-class ModuleTotals:
-    """One module over every sampled step of a run (those that left the ring included).
-
-    Attributes:
-        output: Summary of the module's outputs over every sampled step.
-        grad_norm: Statistics of its gradient norm over the sampled steps (``count`` is
-            the number of samples; NaN norms, modules without parameters, are counted as
-            ``nan_count``).
-    """
-
-    output: TensorSummary
-    grad_norm: TensorSummary
-
-
-class MonitorTotals:
-    """Streaming totals behind the history (the accumulator protocol of
-    :mod:`vinlens.operations`): ``update((outputs, grad_norms))`` adds one sampled step,
-    ``merge(other)`` folds another run's totals in without changing it, ``finish()``
-    returns the per-module :class:`ModuleTotals`."""
-
-    def __init__(self, module_paths: Sequence[str]) -> None:
-        self.module_paths = tuple(module_paths)
-        self.outputs = ActivationAccumulator()
-        self.grad_norms = [SummaryAccumulator() for _ in self.module_paths]
-        self.samples = 0
-
-    def update(self, sample: tuple[ActivationAccumulator, Sequence[float]]) -> MonitorTotals:
-        outputs, norms = sample
-        self.outputs.merge(outputs)
-        for moments, norm in zip(self.grad_norms, norms, strict=True):
-            moments.update_value(norm)
-        self.samples += 1
-        return self
-
-    def merge(self, other: MonitorTotals) -> MonitorTotals:
-        if not isinstance(other, MonitorTotals) or other.module_paths != self.module_paths:
-            raise ValueError(
-                "can only merge the totals of a monitor watching the same module paths"
-            )
-        self.outputs.merge(other.outputs)
-        for mine, theirs in zip(self.grad_norms, other.grad_norms, strict=True):
-            mine.merge(theirs)
-        self.samples += other.samples
-        return self
-
-    def finish(self) -> Mapping[str, ModuleTotals]:
-        outputs = self.outputs.finish().modules
-        empty = SummaryAccumulator().finish()
-        return types.MappingProxyType(
-            {
-                path: ModuleTotals(outputs.get(path, empty), moments.finish())
-                for path, moments in zip(self.module_paths, self.grad_norms, strict=True)
-            }
-        )
-
-
-_RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
-
-
-def _rng_states() -> _RngStates:
-    """torch's CPU and CUDA generators, Python's ``random`` and NumPy's global generator."""
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda, random.getstate(), np.random.get_state()
-
-
-def _restore_rng(states: _RngStates) -> None:
-    cpu, cuda, python, legacy_numpy = states
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-    random.setstate(python)  # type: ignore[arg-type]
-    np.random.set_state(legacy_numpy)  # type: ignore[arg-type]
-
-
-def _replay(
-    model: nn.Module,
-    parameters: Sequence[nn.Parameter],
-    step_fn: Callable[[], object],
-    rng: _RngStates,
-) -> GradientOrigin | None:
-    """Run ``step_fn`` again under the origin search, leaving the model as the step left it.
-
-    The replay starts from the random state saved before the step, so it draws the same
-    dropout masks and augmentations. Afterwards the buffers (BatchNorm running statistics
-    and ``num_batches_tracked``) and the gradients are put back as the original step left
-    them, so the monitored step updates them once, exactly as an unmonitored one would.
-    """
-    with torch.no_grad():
-        buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    grads = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
-    _restore_rng(rng)
-    try:
-        return find_nonfinite_gradient_origin(model, step_fn)
-    finally:
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
-        for parameter, grad in zip(parameters, grads, strict=True):
-            parameter.grad = grad
-
-
-@dataclass
-class MonitoredStep:
-    """The step of a :meth:`TrainingMonitor.monitored_step` block.
-
-    Attributes:
-        step: Its step number.
-        result: Set it to the step's loss for the run log.
-        event: After the block, what :meth:`TrainingMonitor.end_step` returned.
-    """
-
-    step: int
-    result: object = None
-    event: NonFiniteEvent | None = None
-
-
-@dataclass
-class _OpenStep:
-    """What :meth:`TrainingMonitor.begin_step` saved for :meth:`TrainingMonitor.end_step`."""
-
-    step: int
-    thread: int
-    rng: _RngStates
-    start_buffers: list[torch.Tensor] | None
-    outputs: ActivationAccumulator | None  # None: not a sampled step
-    hooks: HookSet | None
 
 
 class TrainingMonitor:
@@ -351,6 +112,10 @@ class TrainingMonitor:
         replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
             non-finite step, the first 16 of a run; 256 MiB by default); past it the
             bundle keeps the inputs and the output gradient, not the model's state.
+        ranks: Under ``torch.distributed``: ``"all"`` (every rank monitors and the ranks
+            agree on each step's verdict, one tiny all-reduce per step), ``"local"`` (this
+            rank alone, no collective), or None: ``"all"`` for a DDP or FSDP2 model, else
+            ``"local"``. See :mod:`vinlens.health.distributed`.
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -368,6 +133,7 @@ class TrainingMonitor:
         log_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         replay_max_bytes: int = 256 << 20,
+        ranks: Literal["all", "local"] | None = None,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -377,29 +143,33 @@ class TrainingMonitor:
         if on_nonfinite not in ("raise", "record"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'record', got {on_nonfinite!r}")
         self.model = model
+        self._module = unwrap_ddp(model)  # a DDP model's paths are its wrapped module's
         self.every = every
         self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
-        self._targets = labelled_modules(model, module_paths)
+        self._targets = labelled_modules(self._module, module_paths)
         self.module_paths: tuple[str, ...] = tuple(path for path, _ in self._targets)
         # Every parameter, frozen ones included: a step checks the gradients that exist,
         # so a parameter that gains requires_grad after construction is checked too.
-        self._parameters = list(model.parameters())
+        self._parameters = list(self._module.parameters())
         # Row of each parameter's owner among the watched paths (-1: not watched).
         rows = {path: row for row, path in enumerate(self.module_paths)}
         self._owner_rows: list[int] = []
-        for name, _ in model.named_parameters():
+        for name, _ in self._module.named_parameters():
             self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the step in progress
-        self._open: _OpenStep | None = None  # the step begin_step began
+        self._open: OpenStep | None = None  # the step begin_step began
         self._events: list[NonFiniteEvent] = []
+        self._nonfinite_count = 0
+        self._last_nonfinite_step: int | None = None
         self._step = 0
         self._samples = 0
         self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
-        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), _GRAD_NORM + 1), math.nan)
+        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), GRAD_NORM + 1), math.nan)
         self._totals = MonitorTotals(self.module_paths)
         self._listeners: list[Callable[[TrainingMonitor], None]] = []
-        self.rank = _rank()
+        self._ranks = RankSync(model, self._parameters, ranks)
+        self.rank = self._ranks.rank
         self._log: RunLogWriter | None = None
         self._last_norm = math.nan
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
@@ -409,7 +179,7 @@ class TrainingMonitor:
             from vinlens.health.runlog.writer import open_monitor_log
 
             self._log = open_monitor_log(
-                self, log_dir, storage_options, (*_SUMMARY_FIELDS, "grad_norm")
+                self, log_dir, storage_options, (*SUMMARY_FIELDS, "grad_norm")
             )
 
     # ------------------------------------------------------------------ the loop
@@ -422,9 +192,20 @@ class TrainingMonitor:
 
     @property
     def events(self) -> tuple[NonFiniteEvent, ...]:
-        """Every non-finite step so far, in step order."""
+        """The first :data:`EVENTS_KEPT` non-finite steps, in step order (later ones are
+        counted in :attr:`nonfinite_count`)."""
         with self._lock:
             return tuple(self._events)
+
+    @property
+    def nonfinite_count(self) -> int:
+        """Non-finite steps so far, those past :data:`EVENTS_KEPT` included."""
+        return self._nonfinite_count
+
+    @property
+    def last_nonfinite_step(self) -> int | None:
+        """The latest non-finite step (kept in :attr:`events` or only counted), or None."""
+        return self._last_nonfinite_step
 
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
@@ -488,10 +269,10 @@ class TrainingMonitor:
         try:
             step = self._step
             self._step += 1
-            rng = _rng_states()
+            rng = rng_states()
             start_buffers = None
             if self._log is not None:  # the replay bundle's state is the step's start
-                start_buffers = [b.detach().clone() for b in self.model.buffers()]
+                start_buffers = self._log.start_state(self._module)
             outputs: ActivationAccumulator | None = None
             owner = threading.get_ident()
             if step % self.every == 0:
@@ -504,7 +285,7 @@ class TrainingMonitor:
 
                 hooks = HookSet()
                 hooks.hook_modules(self._targets, None, post)
-            self._open = _OpenStep(step, owner, rng, start_buffers, outputs, hooks)
+            self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks)
         except BaseException:
             if hooks is not None:
                 hooks.remove()
@@ -526,7 +307,8 @@ class TrainingMonitor:
         non-finite step is recorded with ``origin=None`` and ``replayed=False``.
 
         Returns:
-            The step's :class:`NonFiniteEvent` (with ``on_nonfinite="record"``), or None
+            The step's :class:`NonFiniteEvent` (with ``on_nonfinite="record"``; past
+            :data:`EVENTS_KEPT` one that is only counted, not kept or replayed), or None
             when its gradients are finite.
 
         Raises:
@@ -595,31 +377,41 @@ class TrainingMonitor:
         return True
 
     def _finish(
-        self, open_step: _OpenStep, result: object, replay: Callable[[], object] | None
+        self, open_step: OpenStep, result: object, replay: Callable[[], object] | None
     ) -> NonFiniteEvent | None:
         step, sampled = open_step.step, open_step.outputs is not None
-        grads = [p.grad for p in self._parameters]
+        grads = self._ranks.local([p.grad for p in self._parameters])
         if open_step.outputs is not None:
             finite = self._record_sample(step, open_step.outputs, grads)
         else:
-            finite, self._last_norm = _finite_norm(grads)
+            finite, self._last_norm = self._checked_norm(grads)
         if self._log is not None:
             self._log.check()
-            self._log.step(step, self._last_norm, _loss(result))
+            self._log.step(step, self._last_norm, result)  # the loss, read when written
         if finite:
             if sampled:
                 self._notify()
             return None
+        with self._lock:
+            keep = len(self._events) < EVENTS_KEPT
+            self._nonfinite_count += 1
+            self._last_nonfinite_step = step
+        if not keep and self.on_nonfinite == "record":
+            self._notify()  # counted only (see EVENTS_KEPT): neither kept nor replayed
+            return NonFiniteEvent(step, None, self.rank, replayed=False)
         capture = None
         if self._log is not None:
-            capture = self._log.capture(self.model, open_step.start_buffers)
+            capture = self._log.capture(self._module, open_step.start_buffers)
         origin = None
         if replay is not None:
             replayed = replay if capture is None else capture.wrap(replay)
-            origin = _replay(self.model, self._parameters, replayed, open_step.rng)
-        event = NonFiniteEvent(step, origin, self.rank, replayed=replay is not None)
-        with self._lock:
-            self._events.append(event)
+            with self._ranks.replaying():
+                origin = replay_step(self._module, self._parameters, replayed, open_step.rng)
+        made_on = self._ranks.made_on_ranks(origin is not None)
+        event = NonFiniteEvent(step, origin, self.rank, made_on, replayed=replay is not None)
+        if keep:
+            with self._lock:
+                self._events.append(event)
         if self._log is not None:
             self._log.nonfinite(
                 step, self.rank, origin, capture, open_step.rng, self.replay_max_bytes
@@ -651,8 +443,7 @@ class TrainingMonitor:
     def _record_sample(
         self, step: int, outputs: ActivationAccumulator, grads: list[torch.Tensor | None]
     ) -> bool:
-        norms = _parameter_norms(grads)
-        finite = all(math.isfinite(n) for n in norms) or _all_finite(grads)
+        finite, norms = self._checked_norms(grads)
         squares = [0.0] * len(self.module_paths)
         has = [False] * len(self.module_paths)
         for norm, row, grad in zip(norms, self._owner_rows, grads, strict=True):
@@ -662,11 +453,11 @@ class TrainingMonitor:
         module_norms = [math.sqrt(s) if h else math.nan for s, h in zip(squares, has, strict=True)]
         stats = outputs.finish().modules
         empty = SummaryAccumulator().finish()
-        block = np.empty((len(self.module_paths), _GRAD_NORM + 1))
+        block = np.empty((len(self.module_paths), GRAD_NORM + 1))
         for row, path in enumerate(self.module_paths):
             summary = stats.get(path, empty)
-            block[row, :_GRAD_NORM] = [getattr(summary, f) for f in _SUMMARY_FIELDS]
-            block[row, _GRAD_NORM] = module_norms[row]
+            block[row, :GRAD_NORM] = [getattr(summary, f) for f in SUMMARY_FIELDS]
+            block[row, GRAD_NORM] = module_norms[row]
         with self._lock:
             slot = self._samples % HISTORY_SAMPLES
             self._ring_steps[slot] = step
@@ -677,6 +468,19 @@ class TrainingMonitor:
             self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
             self._log.sample(step, block)
         return finite
+
+    def _checked_norms(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, Sequence[float]]:
+        """Every rank's verdict and each parameter's gradient norm (global when sharded)."""
+        norms = parameter_norms(grads)
+        finite = all(math.isfinite(n) for n in norms) or all_finite(grads)
+        return self._ranks.agree_norms(finite, norms)
+
+    def _checked_norm(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
+        """Every rank's verdict and the global gradient norm."""
+        if not self._ranks.per_parameter:
+            return self._ranks.agree_norm(*finite_norm(grads))
+        finite, norms = self._checked_norms(grads)
+        return finite, math.sqrt(math.fsum(n * n for n in norms))
 
     def _order(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         count = min(self._samples, HISTORY_SAMPLES)
@@ -691,10 +495,10 @@ class TrainingMonitor:
         """Several statistics from one consistent snapshot of the ring (one per field)."""
         columns = []
         for field in fields:
-            column = _COLUMNS.get(field)
+            column = COLUMNS.get(field)
             if column is None:
                 raise ValueError(
-                    f"field must be one of {', '.join(sorted(_COLUMNS))}, got {field!r}"
+                    f"field must be one of {', '.join(sorted(COLUMNS))}, got {field!r}"
                 )
             columns.append(column)
         with self._lock:
@@ -719,8 +523,8 @@ class TrainingMonitor:
         for row, path in enumerate(self.module_paths):
             values = ring[:, row, :]
             modules[path] = ModuleHistory(
-                grad_norm=tuple(float(v) for v in values[:, _GRAD_NORM]),
-                output=tuple(_summary(v) for v in values),
+                grad_norm=tuple(float(v) for v in values[:, GRAD_NORM]),
+                output=tuple(summary_of_row(v) for v in values),
                 grad_norm_total=totals[path].grad_norm,
                 output_total=totals[path].output,
             )
@@ -753,92 +557,3 @@ class TrainingMonitor:
                 listener(self)
             except Exception as error:  # a view must never fail the training step
                 warnings.warn(f"training monitor listener failed: {error!r}", stacklevel=3)
-
-
-def _summary(values: np.ndarray[Any, np.dtype[np.float64]]) -> TensorSummary:
-    fields: dict[str, Any] = {}
-    for name, value in zip(_SUMMARY_FIELDS, values[:_GRAD_NORM], strict=True):
-        fields[name] = (
-            int(value)
-            if name in ("count", "nan_count", "posinf_count", "neginf_count")
-            else float(value)
-        )
-    return TensorSummary(**fields)
-
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _grouped_norms(
-    grads: Sequence[torch.Tensor | None],
-) -> list[tuple[list[int], torch.Tensor]]:
-    """Per (device, dtype): the indices of its gradients and their L2 norms, one fused call.
-
-    Norms of float16 and bfloat16 gradients are taken in float32: a norm overflows long
-    before its elements do.
-    """
-    groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
-    for index, grad in enumerate(grads):
-        if grad is not None:
-            grad = _dense_values(grad)  # nn.Embedding(sparse=True): its summed values
-            indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
-            indices.append(index)
-            tensors.append(grad)
-    found = []
-    for (_, dtype), (indices, tensors) in groups.items():
-        if dtype in _LOW_PRECISION:
-            norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
-        else:
-            norms = torch._foreach_norm(tensors)
-        found.append((indices, torch.stack(norms)))
-    return found
-
-
-def _dense_values(grad: torch.Tensor) -> torch.Tensor:
-    """A gradient's stored values (a sparse gradient's coalesced values)."""
-    return grad.coalesce().values() if grad.is_sparse else grad
-
-
-def _all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
-    """Whether every gradient is finite (see :func:`_finite_norm`)."""
-    return _finite_norm(grads)[0]
-
-
-def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
-    """Whether every gradient is finite, and the global L2 norm.
-
-    One fused norm per device and dtype, one read each; only when their squares are not
-    finite is each gradient checked on its own (finite values near 1e19 overflow a float32
-    norm, whose global norm is then reported as inf).
-    """
-    squares = 0.0
-    for _, norms in _grouped_norms(grads):
-        squares += norms.double().square().sum().item()
-    if math.isfinite(squares):
-        return True, math.sqrt(squares)
-    finite = all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
-    return finite, math.inf if finite else math.nan
-
-
-def _loss(result: object) -> float:
-    """The loss a step returned (a scalar tensor or a number), NaN otherwise."""
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return float(result.detach())
-    if isinstance(result, int | float) and not isinstance(result, bool):
-        return float(result)
-    return math.nan
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:
-    """L2 norm of each gradient (0 for None), one host transfer per device and dtype."""
-    norms = [0.0] * len(grads)
-    for indices, values in _grouped_norms(grads):
-        for i, value in zip(indices, values.tolist(), strict=True):
-            norms[i] = value
-    return norms

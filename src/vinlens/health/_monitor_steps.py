@@ -1,0 +1,140 @@
+"""The step machinery of :class:`~vinlens.health.monitor.TrainingMonitor`: the random
+state a step starts from, the replay of a non-finite step, and the fused gradient norms."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health.stats import ActivationAccumulator
+from vinlens.hooks import HookSet
+
+RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
+
+
+def rng_states() -> RngStates:
+    """torch's CPU and CUDA generators, Python's ``random`` and NumPy's global generator."""
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
+    return torch.get_rng_state(), cuda, random.getstate(), np.random.get_state()
+
+
+def restore_rng(states: RngStates) -> None:
+    cpu, cuda, python, legacy_numpy = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+    random.setstate(python)  # type: ignore[arg-type]
+    np.random.set_state(legacy_numpy)  # type: ignore[arg-type]
+
+
+def replay_step(
+    model: nn.Module,
+    parameters: Sequence[nn.Parameter],
+    step_fn: Callable[[], object],
+    rng: RngStates,
+) -> GradientOrigin | None:
+    """Run ``step_fn`` again under the origin search, leaving the model as the step left it.
+
+    The replay starts from the random state saved before the step, so it draws the same
+    dropout masks and augmentations. Afterwards the buffers (BatchNorm running statistics
+    and ``num_batches_tracked``) and the gradients are put back as the original step left
+    them, so the monitored step updates them once, exactly as an unmonitored one would.
+    """
+    with torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+    restore_rng(rng)
+    try:
+        return find_nonfinite_gradient_origin(model, step_fn)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for parameter, grad in zip(parameters, grads, strict=True):
+            parameter.grad = grad
+
+
+@dataclass
+class OpenStep:
+    """What :meth:`TrainingMonitor.begin_step` saved for :meth:`TrainingMonitor.end_step`."""
+
+    step: int
+    thread: int
+    rng: RngStates
+    start_buffers: list[torch.Tensor] | None
+    outputs: ActivationAccumulator | None  # None: not a sampled step
+    hooks: HookSet | None
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def grouped_norms(
+    grads: Sequence[torch.Tensor | None],
+) -> list[tuple[list[int], torch.Tensor]]:
+    """Per (device, dtype): the indices of its gradients and their L2 norms, one fused call.
+
+    Norms of float16 and bfloat16 gradients are taken in float32: a norm overflows long
+    before its elements do.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
+    for index, grad in enumerate(grads):
+        if grad is not None:
+            grad = dense_values(grad)  # nn.Embedding(sparse=True): its summed values
+            indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
+            indices.append(index)
+            tensors.append(grad)
+    found = []
+    for (_, dtype), (indices, tensors) in groups.items():
+        if dtype in LOW_PRECISION:
+            norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+        else:
+            norms = torch._foreach_norm(tensors)
+        found.append((indices, torch.stack(norms)))
+    return found
+
+
+def dense_values(grad: torch.Tensor) -> torch.Tensor:
+    """A gradient's stored values (a sparse gradient's coalesced values)."""
+    return grad.coalesce().values() if grad.is_sparse else grad
+
+
+def all_finite(grads: Sequence[torch.Tensor | None]) -> bool:
+    """Whether every gradient is finite (see :func:`finite_norm`)."""
+    return finite_norm(grads)[0]
+
+
+def finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
+    """Whether every gradient is finite, and the global L2 norm.
+
+    One fused norm per device and dtype, one read each; only when their squares are not
+    finite is each gradient checked on its own (finite values near 1e19 overflow a float32
+    norm, whose global norm is then reported as inf).
+    """
+    squares = 0.0
+    for _, norms in grouped_norms(grads):
+        squares += norms.double().square().sum().item()
+    if math.isfinite(squares):
+        return True, math.sqrt(squares)
+    finite = all(bool(torch.isfinite(dense_values(g)).all()) for g in grads if g is not None)
+    return finite, math.inf if finite else math.nan
+
+
+def parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:
+    """L2 norm of each gradient (0 for None), one host transfer per device and dtype."""
+    norms = [0.0] * len(grads)
+    for indices, values in grouped_norms(grads):
+        for i, value in zip(indices, values.tolist(), strict=True):
+            norms[i] = value
+    return norms
