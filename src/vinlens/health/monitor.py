@@ -34,6 +34,13 @@ from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator, TensorSummary
+from vinlens.wrappers import (
+    compiled_paths,
+    has_compile_wrappers,
+    named_parameters,
+    run_eagerly,
+    unwrap_model,
+)
 
 if TYPE_CHECKING:
     from vinlens.health.runlog.writer import RunLogWriter
@@ -98,11 +105,17 @@ class NonFiniteEvent:
             state and inputs).
         rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
             it is not initialized.
+        replayed_eagerly: The model runs ``torch.compile``'d code and the step was replayed
+            eagerly (compiled code cannot be watched module by module): ``origin`` is the
+            eager replay's. None there means the compiled step's NaN or Inf did not recur
+            eagerly (made by the compiled code's own numerics, or by random numbers it drew
+            itself), and a ``RuntimeWarning`` says so.
     """
 
     step: int
     origin: GradientOrigin | None
     rank: int = 0
+    replayed_eagerly: bool = False
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -115,7 +128,7 @@ class NonFiniteGradientError(RuntimeError):
     def __init__(self, event: NonFiniteEvent) -> None:
         origin = event.origin
         where = (
-            "the replay stayed finite"
+            "the replay stayed finite" + (_COMPILED_FINITE if event.replayed_eagerly else "")
             if origin is None
             else "already non-finite where it entered the model (made by the loss), first"
             f" reaching {origin.module_path!r} (call {origin.call_index})"
@@ -353,7 +366,7 @@ class TrainingMonitor:
         # Row of each parameter's owner among the watched paths (-1: not watched).
         rows = {path: row for row, path in enumerate(self.module_paths)}
         self._owner_rows: list[int] = []
-        for name, _ in model.named_parameters():
+        for name, _ in named_parameters(model):
             self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the run_step in progress
@@ -433,8 +446,11 @@ class TrainingMonitor:
                 if threading.get_ident() == owner:  # not an eval/serving thread's forward
                     fold(label, output)
 
-            with HookSet() as hooks:
-                hooks.hook_modules(self._targets, None, post)
+            # Eagerly, so that a compiled model's hooks fire and dynamo never traces them.
+            with run_eagerly(), HookSet() as hooks:
+                hooks.hook_modules(
+                    self._targets, None, post, use_global=not has_compile_wrappers(self.model)
+                )
                 result = step_fn()
         else:
             result = step_fn()
@@ -450,10 +466,18 @@ class TrainingMonitor:
         if not finite:
             capture = None
             if self._log is not None:
-                capture = self._log.capture(self.model, start_buffers)
+                capture = self._log.capture(unwrap_model(self.model), start_buffers)
             replayed = step_fn if capture is None else capture.wrap(step_fn)
             origin = _replay(self.model, self._parameters, replayed, rng)
-            event = NonFiniteEvent(step, origin, self.rank)
+            eagerly = bool(compiled_paths(self.model))
+            event = NonFiniteEvent(step, origin, self.rank, eagerly)
+            if eagerly and origin is None:
+                warnings.warn(
+                    f"TrainingMonitor: step {step} had non-finite gradients but its replay stayed"
+                    f" finite{_COMPILED_FINITE}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             with self._lock:
                 self._events.append(event)
             if self._log is not None:
@@ -603,6 +627,11 @@ def _summary(values: np.ndarray[Any, np.dtype[np.float64]]) -> TensorSummary:
 
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_COMPILED_FINITE = (
+    " (the step ran compiled code and was replayed eagerly: the compiled code's own"
+    " numerics, or random numbers it drew itself, made the NaN or Inf, so no module can be"
+    " named; torch._inductor.config.fallback_random=True makes inductor draw as eager does)"
+)
 
 
 def _grouped_norms(
