@@ -1,7 +1,9 @@
 """Cost of training-time health against plain training steps, with detect_anomaly beside it.
 
 Targets: a monitored loop at ``every=100`` <= 1.03x of a plain loop (amortised), a sampled
-step <= 1.5x, ``find_nonfinite_gradient_origin`` <= 2.5x of a plain step. The peer,
+step <= 1.5x, ``find_nonfinite_gradient_origin`` <= 2.5x of a plain step, and a monitored
+loop writing a run log (``log_dir``) <= 1.01x of the same monitored loop without one (at
+``every=100``, amortised the same way from its own per-step check and sampled step). The peer,
 ``torch.autograd.detect_anomaly(check_nan=True)``, runs on the same steps.
 
 A step is ``zero_grad``, forward, loss and backward of the light CNNs of
@@ -14,7 +16,8 @@ main-thread CPU time (the best of the repetitions: on a shared machine other wor
 ever adds time), torch on one thread. The amortised ratio at ``every=100`` is
 ``(99 * (plain + check) + sampled) / (100 * plain)``, where ``check`` is what the monitor
 adds to an unsampled step, timed on its own (the monitor does nothing else between its
-sampled steps); the whole unsampled step's ratio is printed beside it.
+sampled steps); the whole unsampled step's ratio is printed beside it. The per-step checks
+return the step's loss tensor, so the logged one reads and records it as a real step does.
 
     python benchmarks/bench_training_monitor.py [--quick] [--models ...] [--size 128] [--batch 8]
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -40,7 +44,9 @@ def cpu_time(work: Callable[[], object]) -> float:
     return time.thread_time() - start
 
 
-def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str, list[float]]:
+def measure(
+    model: nn.Module, batch: torch.Tensor, repetitions: int, log_dir: str
+) -> dict[str, list[float]]:
     target = torch.randint(0, 10, (batch.shape[0],))
     loss_fn = nn.CrossEntropyLoss()
 
@@ -58,7 +64,11 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
     sampled = TrainingMonitor(model, every=1)
     unsampled = TrainingMonitor(model, every=2**62)
     unsampled.run_step(step)  # step 0 is sampled; from here on it never is
-    step()  # warm-up
+    # The same two with a run log (a local directory, default flush interval).
+    logged_sampled = TrainingMonitor(model, every=1, log_dir=f"{log_dir}/sampled")
+    logged = TrainingMonitor(model, every=2**62, log_dir=f"{log_dir}/unsampled")
+    logged.run_step(step)
+    loss = step()  # warm-up; the loss tensor the checks return
 
     def anomaly() -> None:
         with warnings.catch_warnings():
@@ -69,8 +79,10 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
     work: dict[str, Callable[[], object]] = {
         "plain": step,
         "unsampled": lambda: unsampled.run_step(step),
-        "check": lambda: unsampled.run_step(lambda: None),
+        "check": lambda: unsampled.run_step(lambda: loss),
         "sampled": lambda: sampled.run_step(step),
+        "logged_check": lambda: logged.run_step(lambda: loss),
+        "logged_sampled": lambda: logged_sampled.run_step(step),
         "origin": lambda: find_nonfinite_gradient_origin(model, step),
         "anomaly": anomaly,
     }
@@ -81,6 +93,8 @@ def measure(model: nn.Module, batch: torch.Tensor, repetitions: int) -> dict[str
         shuffle(order)  # no variant always runs right after the same other one
         for name in order:
             times[name].append(cpu_time(work[name]))
+    logged.close()
+    logged_sampled.close()
     return times
 
 
@@ -106,19 +120,24 @@ def main() -> None:
     )
     for name in args.models:
         model = MODELS[name](10).train()
-        times = measure(model, batch, repetitions)
+        with tempfile.TemporaryDirectory(prefix="vinlens-bench-log-") as log_dir:
+            times = measure(model, batch, repetitions, log_dir)
         best = {k: min(v) for k, v in times.items()}
         plain = best["plain"]
         check = best["check"] / plain
         sampled = best["sampled"] / plain
         amortised = (99 * (1 + check) + sampled) / 100
+        logged = (99 * (1 + best["logged_check"] / plain) + best["logged_sampled"] / plain) / 100
         print(
             f"  {name:<20} plain step {plain * 1e3:7.1f} ms | monitored every=100 "
             f"{verdict(amortised, 1.03)} (per-step check {best['check'] * 1e3:.1f} ms = "
             f"{check:.2%}; whole unsampled step {best['unsampled'] / plain:.3f}x) | sampled "
             f"step {verdict(sampled, 1.5)} | gradient origin "
             f"{verdict(best['origin'] / plain, 2.5)} | detect_anomaly "
-            f"{best['anomaly'] / plain:.3f}x (peer)"
+            f"{best['anomaly'] / plain:.3f}x (peer) | log_dir / without at every=100 "
+            f"{verdict(logged / amortised, 1.01)} (per-step check {best['logged_check'] * 1e3:.2f}"
+            f" ms vs {best['check'] * 1e3:.2f} ms; sampled step"
+            f" {best['logged_sampled'] / best['sampled']:.3f}x)"
         )
 
 

@@ -23,30 +23,33 @@ SPIKE = 100.0
 
 class _Poison(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        ctx.poison = bool((x.abs() > SPIKE).any())
+    def forward(ctx: Any, x: torch.Tensor, threshold: float) -> torch.Tensor:
+        ctx.poison = bool((x.abs() > threshold).any())
         return x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * float("nan") if ctx.poison else grad
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return (grad * float("nan") if ctx.poison else grad), None
 
 
 class Spike(nn.Module):
-    """Scales its input; its backward is NaN when an input is past :data:`SPIKE`."""
+    """Scales its input; its backward is NaN when an input is past ``threshold``."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, threshold: float = SPIKE) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width))
+        self.threshold = threshold
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _Poison.apply(x * self.weight)
+        return _Poison.apply(x * self.weight, self.threshold)
 
 
-def build_model(width: int = 8, seed: int = 0) -> nn.Sequential:
+def build_model(width: int = 8, seed: int = 0, spike: float = SPIKE) -> nn.Sequential:
+    """The trained model; ``spike`` above the planted value builds one whose backward stays
+    finite (a replay that does not reproduce the NaN)."""
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Linear(4, width), Spike(width), nn.Tanh(), nn.Dropout(0.25), nn.Linear(width, 1)
+        nn.Linear(4, width), Spike(width, spike), nn.Tanh(), nn.Dropout(0.25), nn.Linear(width, 1)
     )
 
 

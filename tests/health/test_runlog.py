@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from vinlens.health import TrainingMonitor, open_run
-from vinlens.health.runlog.format import iter_records
+from vinlens.health import TrainingMonitor, TrainingRun, open_run
+from vinlens.health.runlog.format import META, SAMPLES, STEPS, iter_records, sample_index
 
 SCRIPT = Path(__file__).with_name("runlog_train.py")
 
@@ -129,12 +129,35 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
         expected = open_run_bytes(tmp_path / "exp", segment.name, data[:whole])
         assert run.sampled_steps() == expected.sampled_steps()
         np.testing.assert_array_equal(run.step_series().steps, expected.step_series().steps)
-    # A flipped byte inside a record ends the segment there, never reads as data.
-    corrupt = bytearray(data)
-    corrupt[ends[1] + 20] ^= 0xFF
-    (cut_dir / segment.name).write_bytes(bytes(corrupt))
-    broken = open_run(tmp_path / "cut")  # records: meta, samples 0, 2, 4, then the steps
-    assert broken.sampled_steps() == (0,) and len(broken.step_series().steps) == 0
+    # Records: meta, the sampled steps 0, 2, 4 (one record), then the steps.
+    kinds = [kind for kind, _, _ in iter_records(data)]
+    assert kinds == [META, SAMPLES, STEPS]
+    whole_run = open_run(tmp_path / "whole")
+
+    def flipped(at: int) -> TrainingRun:
+        corrupt = bytearray(data)
+        corrupt[at] ^= 0xFF
+        (cut_dir / segment.name).write_bytes(bytes(corrupt))
+        return open_run(tmp_path / "cut")
+
+    # A flipped byte inside a record's checksummed part ends the segment there.
+    broken = flipped(ends[0] + 20)  # the sampled steps' index
+    assert broken.sampled_steps() == () and len(broken.step_series().steps) == 0
+    broken = flipped(ends[1] + 20)  # the steps
+    assert broken.sampled_steps() == (0, 2, 4) and len(broken.step_series().steps) == 0
+    # A flipped byte in one field's values fails that field's checksum when it is read;
+    # the other fields read as written.
+    _, _, modules, values = sample_index(data, ends[0] + 16)
+    fields = list(whole_run.meta()["fields"])
+    column = fields.index("grad_norm")
+    broken = flipped(values + 8 * (column * 3 * modules + 1) + 3)
+    with pytest.raises(ValueError, match=r"'grad_norm' at byte \d+ fail their checksum"):
+        broken.history_matrix("grad_norm")
+    with pytest.raises(ValueError, match="fail their checksum"):
+        broken.history()
+    np.testing.assert_array_equal(
+        broken.history_matrix("mean").values, whole_run.history_matrix("mean").values
+    )
 
 
 def open_run_bytes(root: Path, name: str, data: bytes):  # type: ignore[no-untyped-def]
@@ -220,3 +243,46 @@ except RunLogError as error:
     assert int(samples) == int(step)  # every step run is kept in memory
     assert "rank-00000" in " ".join(message) and "File too large" in " ".join(message)
     assert "AFTER" in out
+
+
+def _write_synthetic(log: Path, modules: int, samples: int, seed: int = 0) -> np.ndarray:
+    """A run log of ``samples`` sampled steps of ``modules`` modules written by the
+    monitor's writer; returns the ``(samples, modules, fields)`` blocks written."""
+    from vinlens.health.runlog.writer import RunLogWriter
+
+    fields = ["count", "mean", "std", "min", "max", "abs_max", "zero_fraction"]
+    fields += ["nan_count", "posinf_count", "neginf_count", "grad_norm"]
+    meta = {"module_paths": [f"m{i}" for i in range(modules)], "fields": fields, "every": 1}
+    rng = np.random.default_rng(seed)
+    blocks = rng.standard_normal((samples, modules, len(fields)))
+    writer = RunLogWriter(log, storage_options=None, rank=0, meta=meta)
+    try:
+        for step, block in enumerate(blocks):
+            writer.sample(step, block)
+            writer.step(step, 1.0, 2.0)
+    finally:
+        writer.close()
+    return blocks
+
+
+def test_the_reader_holds_no_copy_of_the_log(tmp_path: Path) -> None:
+    import tracemalloc
+
+    log = tmp_path / "run"
+    blocks = _write_synthetic(log, modules=400, samples=600)
+    size = sum(p.stat().st_size for p in (log / "rank-00000").iterdir())
+    assert size > 20e6
+    tracemalloc.start()
+    try:
+        run = open_run(log)
+        opened, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        matrix = run.history_matrix("grad_norm")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert opened < size / 20, (opened, size)  # offsets only, not the segments' bytes
+    assert peak < 1.5 * matrix.values.nbytes + 1e6, (peak, matrix.values.nbytes)
+    np.testing.assert_array_equal(matrix.values, blocks[:, :, -1].T)
+    assert matrix.steps == tuple(range(600))
+    np.testing.assert_array_equal(run.history_matrix("std").values, blocks[:, :, 2].T)

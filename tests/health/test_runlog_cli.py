@@ -59,3 +59,60 @@ def test_run_show_on_a_growing_log(tmp_path: Path, capsys) -> None:  # type: ign
         process.kill()
         process.wait(timeout=30)
     assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > counts[0], counts
+
+
+def _replay_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``vinlens run replay`` in a fresh process that imports the script's model."""
+    env = ENV | {"PYTHONPATH": os.pathsep.join([str(SCRIPT.parent), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-m", "vinlens.cli", "run", "replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_run_replay_reproduces_the_recorded_origin_in_a_fresh_process(tmp_path: Path) -> None:
+    log = tmp_path / "run"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), str(log), "--steps", "40", "--nan-step", "17"],
+        check=True,
+        timeout=120,
+        stdout=subprocess.DEVNULL,
+        env=ENV,
+    )
+    model = "runlog_train.build_model"
+    done = _replay_cli(str(log), "--step", "17", "--model", model, "--arg", "seed=5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "recorded:   module '1', call 0, parameters 1.weight" in lines
+    assert "recomputed: module '1', call 0, parameters 1.weight" in lines
+    assert lines[-1] == "the replay reproduces the recorded origin"
+
+    as_json = _replay_cli(str(log), "--step", "17", "--rank", "0", "--model", model, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["agree"] and report["state_restored"] and report["step"] == 17
+    assert report["recorded"] == report["recomputed"]
+    assert report["recorded"]["parameters"] == ["1.weight"]
+
+    # A model whose backward no longer makes the NaN (the bundle's weights, another kernel).
+    fixed = _replay_cli(str(log), "--step", "17", "--model", model, "--arg", "spike=1e9")
+    assert fixed.returncode == 3, fixed.stdout + fixed.stderr
+    assert "recomputed: none (the step's gradients stayed finite)" in fixed.stdout
+    assert fixed.stdout.splitlines()[-1] == "the NaN does not reproduce"
+
+    no_step = _replay_cli(str(log), "--step", "16", "--model", model)
+    assert no_step.returncode == 2
+    assert "no replay bundle for step 16 (no non-finite event at that step)" in no_step.stdout
+    assert "steps with one: 17" in no_step.stdout
+    no_rank = _replay_cli(str(log), "--step", "17", "--rank", "3", "--model", model)
+    assert no_rank.returncode == 2 and "has no rank 3; its ranks are 0" in no_rank.stdout
+    wrong = _replay_cli(str(log), "--step", "17", "--model", "torch.nn.Linear")
+    assert wrong.returncode == 2 and "pass them with --arg" in wrong.stdout
+    linear = ("--model", "torch.nn.Linear", "--arg", "in_features=4", "--arg", "out_features=1")
+    other = _replay_cli(str(log), "--step", "17", *linear)
+    assert other.returncode == 2 and "does not fit the model given" in other.stdout
+    missing = _replay_cli(str(tmp_path / "nothing"), "--step", "1", "--model", model)
+    assert missing.returncode == 2 and "is not a vinlens run log" in missing.stdout

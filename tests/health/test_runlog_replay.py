@@ -124,3 +124,38 @@ def test_a_step_without_a_bundle_is_named(tmp_path: Path) -> None:
     _train(tmp_path / "run", "--nan-step", "7")
     with pytest.raises(ValueError, match=r"no replay bundle for step 8 \(steps with one: 7\)"):
         open_run(tmp_path / "run").load_replay(8, model=torch.nn.Linear(1, 1))
+
+
+def test_the_bundle_holds_the_buffers_as_the_failing_step_started(tmp_path: Path) -> None:
+    """Running statistics are copied into storage allocated once each step (one fused copy);
+    a buffer replaced between steps is found by identity and copied from then on."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1)
+    ).train()
+    batches = [torch.randn(8, 3) for _ in range(6)]
+    batches[4][2, 0] = float("inf")
+    starts = {}
+    with TrainingMonitor(model, every=2, on_nonfinite="record", log_dir=tmp_path / "run") as m:
+        for step, x in enumerate(batches):
+            if step == 3:  # a new tensor under the same buffer name
+                model[1].running_var = torch.full((4,), 2.0)
+            starts[step] = {k: v.clone() for k, v in model[1].state_dict().items()}
+
+            def step_fn(x: torch.Tensor = x) -> torch.Tensor:
+                model.zero_grad()
+                loss = model(x).sum()
+                loss.backward()
+                return loss
+
+            m.run_step(step_fn)
+    assert [e.step for e in m.events] == [4]
+    fresh = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1)
+    ).train()
+    replay = open_run(tmp_path / "run").load_replay(4, model=fresh)
+    for name, value in starts[4].items():
+        torch.testing.assert_close(fresh[1].state_dict()[name], value, rtol=0, atol=0)
+    assert not torch.equal(starts[4]["running_var"], starts[3]["running_var"])
+    origin = replay.run()
+    assert origin is not None

@@ -268,7 +268,7 @@ def test_local_tar_replaced_while_its_headers_are_walked(
 
     import os as _os
 
-    from vinlens.store import access_local
+    from vinlens.store.access import _local as access_local
 
     real_preadv = _os.preadv
     calls = [0]

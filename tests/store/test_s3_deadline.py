@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from vinlens.store import access_remote
 from vinlens.store.access import FsspecStoreAccess, StoreAccessError, open_store_access
+from vinlens.store.access import _fsspec as access_remote
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader
 

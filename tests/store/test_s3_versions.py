@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vinlens.store import access_remote
+from vinlens.store.access import _fsspec as access_remote
 from vinlens.store.access import open_store_access
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader

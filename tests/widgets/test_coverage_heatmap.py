@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import tarfile
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -128,6 +129,37 @@ def test_scene_snippets_errors_are_replies(dataset):
     reply = w.run_command("scene_snippets", {"scene_id": 5})
     assert reply["kind"] == "error" and "scene_id" in reply["message"]
     assert w.status == "error"
+
+
+def test_a_failing_side_command_beside_a_scan_leaves_the_status_to_the_scan(dataset, monkeypatch):
+    # Issue 30.12: a scene_snippets that fails while the rescan runs got its error reply
+    # but also set status "error" although the scan went on (and then finished).
+    seen: dict[str, object] = {}
+
+    def send(self, content, buffers=None):
+        if (
+            content.get("kind") == "progress"
+            and str(content["id"]).startswith("scan-")
+            and content["done"] == 1
+            and "reply" not in seen
+        ):
+            self._dispatch(
+                {"kind": "command", "id": "side", "name": "scene_snippets", "args": {"scene_id": 5}}
+            )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "reply" not in seen:
+                found = [r for r in self.replies if r.get("id") == "side"]
+                if found:
+                    seen["reply"] = found[-1]
+                    seen["status"], seen["error"] = self.status, self.error
+                time.sleep(0.005)
+
+    monkeypatch.setattr(CoverageHeatmapWidget, "send", send)
+    w = scan(dataset.config)
+    reply = seen["reply"]
+    assert reply["kind"] == "error" and "scene_id" in reply["message"]
+    assert seen["status"] == "busy" and seen["error"] == ""
+    assert w.status == "idle" and w.error == "" and w.acquisition["state"] == "done"
 
 
 def test_cancel_stops_the_scan_between_tars(dataset, monkeypatch):

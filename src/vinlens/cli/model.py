@@ -38,6 +38,7 @@ __all__ = [
     "example_inputs",
     "format_capture_summary",
     "format_module_table",
+    "parse_constructor_args",
     "run",
 ]
 
@@ -57,15 +58,25 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _constructor_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def parse_constructor_args(items: Sequence[str] | None) -> dict[str, Any]:
+    """The constructor keyword arguments of repeated ``--arg KEY=VALUE`` options.
+
+    Raises:
+        ValueError: an item is not ``KEY=VALUE`` with a Python identifier as ``KEY``.
+    """
     kwargs: dict[str, Any] = {}
-    for item in args.arg or ():
+    for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise ValueError(
                 f"--arg expects KEY=VALUE with a Python identifier as KEY, got {item!r}"
             )
         kwargs[key] = _parse_value(value)
+    return kwargs
+
+
+def _constructor_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = parse_constructor_args(args.arg)
     if args.batch_first:
         kwargs["batch_first"] = True
     if args.d_model is not None:

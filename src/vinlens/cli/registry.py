@@ -82,5 +82,12 @@ COMMANDS: tuple[Command, ...] = (
         store_compare.compare,
     ),
     Command("run show", run.SHOW_HELP, run.SHOW_DESCRIPTION, run.add_show_arguments, run.show),
+    Command(
+        "run replay",
+        run.REPLAY_HELP,
+        run.REPLAY_DESCRIPTION,
+        run.add_replay_arguments,
+        run.replay,
+    ),
     Command("demo", demo.HELP, demo.DESCRIPTION, demo.add_arguments, demo.run),
 )

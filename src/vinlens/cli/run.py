@@ -1,16 +1,30 @@
-"""``vinlens run show``: what a training run log holds (written by ``TrainingMonitor(log_dir=)``)."""
+"""``vinlens run show`` and ``vinlens run replay``: what a training run log holds (written by
+``TrainingMonitor(log_dir=)``), and its failing steps re-executed on a model built here."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vinlens.cli.arguments import non_negative_int
 from vinlens.cli.store import add_storage_option_argument, parse_storage_options
 from vinlens.cli.table import format_table
 
-__all__ = ["SHOW_DESCRIPTION", "SHOW_HELP", "add_show_arguments", "show"]
+if TYPE_CHECKING:
+    from vinlens.health import GradientOrigin
+
+__all__ = [
+    "REPLAY_DESCRIPTION",
+    "REPLAY_HELP",
+    "SHOW_DESCRIPTION",
+    "SHOW_HELP",
+    "add_replay_arguments",
+    "add_show_arguments",
+    "replay",
+    "show",
+]
 
 SHOW_HELP = "summarize a training run log"
 SHOW_DESCRIPTION = (
@@ -99,3 +113,136 @@ def show(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+# --------------------------------------------------------------------------- replay
+
+REPLAY_HELP = "re-execute a failing step of a run log on a model built from TARGET"
+REPLAY_DESCRIPTION = (
+    "Build TARGET (an nn.Module class or a function returning one, by dotted import path,"
+    " with --arg KEY=VALUE constructor arguments), load the replay bundle of --step (of"
+    " --rank) into it, re-execute the step's forward and backward and print the recorded"
+    " and the recomputed origin of the non-finite gradients. Exit status 0 when they agree,"
+    " 3 when the NaN does not reproduce, 4 when it reproduces at another origin, 2 for a"
+    " log, step, rank or TARGET that is not there."
+)
+#: Exit status of ``vinlens run replay`` when the replayed step stays finite.
+EXIT_NOT_REPRODUCED = 3
+#: Exit status when the replayed step is non-finite at another origin than recorded.
+EXIT_OTHER_ORIGIN = 4
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
+    parser.add_argument(
+        "--step", type=non_negative_int, required=True, help="the step to replay (see run show)"
+    )
+    parser.add_argument(
+        "--rank", type=non_negative_int, default=0, help="the rank that ran it (default 0)"
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="TARGET",
+        help="nn.Module class or function returning one that builds the trained architecture,"
+        " e.g. mypackage.models.build_model",
+    )
+    parser.add_argument(
+        "--arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="constructor keyword argument of TARGET (Python literal or string); repeatable",
+    )
+    parser.add_argument(
+        "--eval",
+        action="store_true",
+        help="replay in eval mode (default: train mode, as the training step ran)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_storage_option_argument(parser)
+
+
+def _origin_fields(origin: GradientOrigin | None) -> dict[str, Any] | None:
+    if origin is None:
+        return None
+    return {
+        "module": origin.module_path,
+        "call_index": origin.call_index,
+        "parameters": list(origin.parameter_paths),
+        "entered_nonfinite": origin.entered_nonfinite,
+        "in_forward": origin.forward_origin is not None,
+    }
+
+
+def _origin_line(fields: dict[str, Any] | None) -> str:
+    if fields is None:
+        return "none (the step's gradients stayed finite)"
+    parameters = ", ".join(fields["parameters"]) or "none"
+    where = " (in the forward)" if fields["in_forward"] else ""
+    entered = " (already non-finite where it entered the model)" * fields["entered_nonfinite"]
+    return (
+        f"module {fields['module']!r}, call {fields['call_index']}{where}{entered},"
+        f" parameters {parameters}"
+    )
+
+
+def replay(args: argparse.Namespace) -> int:
+    from vinlens.cli.model import build_model, parse_constructor_args
+    from vinlens.health import open_run
+
+    try:
+        run = open_run(args.log_dir, storage_options=parse_storage_options(args.storage_options))
+        if args.rank not in run.ranks:
+            raise ValueError(
+                f"{args.log_dir!r} has no rank {args.rank}; its ranks are"
+                f" {', '.join(map(str, run.ranks))}"
+            )
+        steps = run.replay_steps(args.rank)
+        if args.step not in steps:
+            known = ", ".join(map(str, steps)) or "none"
+            events = [e.step for e in run.events if e.rank == args.rank]
+            why = (
+                "its event has no bundle (see run show)"
+                if args.step in events
+                else "no non-finite event at that step"
+            )
+            raise ValueError(
+                f"{args.log_dir!r} rank {args.rank} has no replay bundle for step {args.step}"
+                f" ({why}); steps with one: {known}"
+            )
+        model = build_model(args.model, parse_constructor_args(args.arg))
+        model.train(not args.eval)
+        loaded = run.load_replay(args.step, model=model, rank=args.rank)
+    except (FileNotFoundError, ValueError, TypeError) as error:
+        print(f"vinlens run replay: {error}")
+        return 2
+    recomputed = loaded.run()
+    recorded_fields, recomputed_fields = _origin_fields(loaded.origin), _origin_fields(recomputed)
+    if recomputed_fields is None:
+        code, verdict = EXIT_NOT_REPRODUCED, "the NaN does not reproduce"
+    elif recorded_fields is not None and all(
+        recorded_fields[k] == recomputed_fields[k] for k in ("module", "call_index", "parameters")
+    ):
+        code, verdict = 0, "the replay reproduces the recorded origin"
+    else:
+        code, verdict = EXIT_OTHER_ORIGIN, "the replay is non-finite at another origin"
+    if args.json:
+        payload = {
+            "log_dir": str(args.log_dir),
+            "step": loaded.step,
+            "rank": args.rank,
+            "state_restored": loaded.state_restored,
+            "note": loaded.note,
+            "recorded": recorded_fields,
+            "recomputed": recomputed_fields,
+            "agree": code == 0,
+        }
+        print(json.dumps(payload))
+        return code
+    print(f"run log {args.log_dir}: step {loaded.step}, rank {args.rank}, model {args.model}")
+    if not loaded.state_restored:
+        print(f"state: {loaded.note}")
+    print(f"recorded:   {_origin_line(recorded_fields)}")
+    print(f"recomputed: {_origin_line(recomputed_fields)}")
+    print(verdict)
+    return code

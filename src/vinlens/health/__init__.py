@@ -30,6 +30,7 @@ from __future__ import annotations
 from vinlens.health.diff import ModelDiff, ModuleDiff, compare_models, most_drifted
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.monitor import (
+    EVENTS_KEPT,
     HISTORY_SAMPLES,
     HistoryMatrix,
     ModuleHistory,
@@ -55,6 +56,7 @@ from vinlens.health.summaries import TensorTrace
 from vinlens.model_inspection import TensorSummary
 
 __all__ = [
+    "EVENTS_KEPT",
     "HISTORY_SAMPLES",
     "ActivationAccumulator",
     "ActivationStats",

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vinlens.health.distributed import RankSync, unwrap_ddp
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from vinlens.health.runlog.writer import RunLogWriter
 
 __all__ = [
+    "EVENTS_KEPT",
     "HISTORY_SAMPLES",
     "HistoryMatrix",
     "ModuleHistory",
@@ -60,6 +62,12 @@ __all__ = [
 #: Sampled steps kept in the ring of :attr:`TrainingMonitor.history` (older ones live on
 #: only in the totals).
 HISTORY_SAMPLES = 512
+
+#: Non-finite events a monitor keeps in full (:attr:`TrainingMonitor.events`, ~2.5 KB
+#: each). Past them a step is counted (:attr:`TrainingMonitor.nonfinite_count`,
+#: :attr:`TrainingMonitor.last_nonfinite_step`), and with ``on_nonfinite="record"`` not
+#: replayed: a NaN flood (weights already NaN) costs neither memory nor a replay per step.
+EVENTS_KEPT = 100
 
 _Result = TypeVar("_Result")
 _SUMMARY_FIELDS = (
@@ -105,6 +113,9 @@ class NonFiniteEvent:
             state and inputs).
         rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
             it is not initialized.
+        made_on_ranks: The ranks whose local replay found an origin, the same tuple on
+            every rank of a ``ranks="all"`` monitor (see :mod:`vinlens.health.distributed`);
+            this rank's alone, or (), otherwise.
         replayed_eagerly: The model runs ``torch.compile``'d code and the step was replayed
             eagerly (compiled code cannot be watched module by module): ``origin`` is the
             eager replay's. None there means the compiled step's NaN or Inf did not recur
@@ -115,6 +126,7 @@ class NonFiniteEvent:
     step: int
     origin: GradientOrigin | None
     rank: int = 0
+    made_on_ranks: tuple[int, ...] = ()
     replayed_eagerly: bool = False
 
 
@@ -141,6 +153,11 @@ class NonFiniteGradientError(RuntimeError):
             )
             + (" during the forward" if origin.forward_origin is not None else "")
         )
+        made = event.made_on_ranks
+        if made and made != (event.rank,):
+            where += f" on rank {event.rank}; the replays found an origin on rank(s) " + ", ".join(
+                map(str, made)
+            )
         super().__init__(f"step {event.step}: non-finite parameter gradients, {where}")
         self.event = event
 
@@ -330,6 +347,10 @@ class TrainingMonitor:
         replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
             non-finite step, the first 16 of a run; 256 MiB by default); past it the
             bundle keeps the inputs and the output gradient, not the model's state.
+        ranks: Under ``torch.distributed``: ``"all"`` (every rank monitors and the ranks
+            agree on each step's verdict, one tiny all-reduce per step), ``"local"`` (this
+            rank alone, no collective), or None: ``"all"`` for a DDP or FSDP2 model, else
+            ``"local"``. See :mod:`vinlens.health.distributed`.
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -347,6 +368,7 @@ class TrainingMonitor:
         log_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         replay_max_bytes: int = 256 << 20,
+        ranks: Literal["all", "local"] | None = None,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -356,28 +378,32 @@ class TrainingMonitor:
         if on_nonfinite not in ("raise", "record"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'record', got {on_nonfinite!r}")
         self.model = model
+        self._module = unwrap_ddp(model)  # a DDP model's paths are its wrapped module's
         self.every = every
         self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
-        self._targets = labelled_modules(model, module_paths)
+        self._targets = labelled_modules(self._module, module_paths)
         self.module_paths: tuple[str, ...] = tuple(path for path, _ in self._targets)
         # Every parameter, frozen ones included: a step checks the gradients that exist,
         # so a parameter that gains requires_grad after construction is checked too.
-        self._parameters = list(model.parameters())
+        self._parameters = list(self._module.parameters())
         # Row of each parameter's owner among the watched paths (-1: not watched).
         rows = {path: row for row, path in enumerate(self.module_paths)}
         self._owner_rows: list[int] = []
-        for name, _ in named_parameters(model):
+        for name, _ in named_parameters(self._module):
             self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the run_step in progress
         self._events: list[NonFiniteEvent] = []
+        self._nonfinite_count = 0
+        self._last_nonfinite_step: int | None = None
         self._step = 0
         self._samples = 0
         self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
         self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), _GRAD_NORM + 1), math.nan)
         self._totals = MonitorTotals(self.module_paths)
         self._listeners: list[Callable[[TrainingMonitor], None]] = []
-        self.rank = _rank()
+        self._ranks = RankSync(model, self._parameters, ranks)
+        self.rank = self._ranks.rank
         self._log: RunLogWriter | None = None
         self._last_norm = math.nan
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
@@ -399,9 +425,20 @@ class TrainingMonitor:
 
     @property
     def events(self) -> tuple[NonFiniteEvent, ...]:
-        """Every non-finite step so far, in step order."""
+        """The first :data:`EVENTS_KEPT` non-finite steps, in step order (later ones are
+        counted in :attr:`nonfinite_count`)."""
         with self._lock:
             return tuple(self._events)
+
+    @property
+    def nonfinite_count(self) -> int:
+        """Non-finite steps so far, those past :data:`EVENTS_KEPT` included."""
+        return self._nonfinite_count
+
+    @property
+    def last_nonfinite_step(self) -> int | None:
+        """The latest non-finite step (kept in :attr:`events` or only counted), or None."""
+        return self._last_nonfinite_step
 
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
@@ -434,7 +471,7 @@ class TrainingMonitor:
         rng = _rng_states()
         start_buffers = None
         if self._log is not None:  # the replay bundle's state is the step's start
-            start_buffers = [b.detach().clone() for b in self.model.buffers()]
+            start_buffers = self._log.start_state(self._module)
         sampled = step % self.every == 0
         outputs: ActivationAccumulator | None = None
         if sampled:
@@ -454,23 +491,32 @@ class TrainingMonitor:
                 result = step_fn()
         else:
             result = step_fn()
-        grads = [p.grad for p in self._parameters]
+        grads = self._ranks.local([p.grad for p in self._parameters])
         if sampled:
             assert outputs is not None
             finite = self._record_sample(step, outputs, grads)
         else:
-            finite, self._last_norm = _finite_norm(grads)
+            finite, self._last_norm = self._checked_norm(grads)
         if self._log is not None:
             self._log.check()
-            self._log.step(step, self._last_norm, _loss(result))
+            self._log.step(step, self._last_norm, result)  # the loss, read when written
         if not finite:
+            with self._lock:
+                keep = len(self._events) < EVENTS_KEPT
+                self._nonfinite_count += 1
+                self._last_nonfinite_step = step
+            if not keep and self.on_nonfinite == "record":
+                self._notify()  # counted only (see EVENTS_KEPT)
+                return result
             capture = None
             if self._log is not None:
-                capture = self._log.capture(unwrap_model(self.model), start_buffers)
+                capture = self._log.capture(unwrap_model(self._module), start_buffers)
             replayed = step_fn if capture is None else capture.wrap(step_fn)
-            origin = _replay(self.model, self._parameters, replayed, rng)
-            eagerly = bool(compiled_paths(self.model))
-            event = NonFiniteEvent(step, origin, self.rank, eagerly)
+            with self._ranks.replaying():
+                origin = _replay(self._module, self._parameters, replayed, rng)
+            made_on = self._ranks.made_on_ranks(origin is not None)
+            eagerly = bool(compiled_paths(self._module))
+            event = NonFiniteEvent(step, origin, self.rank, made_on, eagerly)
             if eagerly and origin is None:
                 warnings.warn(
                     f"TrainingMonitor: step {step} had non-finite gradients but its replay stayed"
@@ -478,8 +524,9 @@ class TrainingMonitor:
                     RuntimeWarning,
                     stacklevel=3,
                 )
-            with self._lock:
-                self._events.append(event)
+            if keep:
+                with self._lock:
+                    self._events.append(event)
             if self._log is not None:
                 self._log.nonfinite(step, self.rank, origin, capture, rng, self.replay_max_bytes)
             self._notify()
@@ -511,8 +558,7 @@ class TrainingMonitor:
     def _record_sample(
         self, step: int, outputs: ActivationAccumulator, grads: list[torch.Tensor | None]
     ) -> bool:
-        norms = _parameter_norms(grads)
-        finite = all(math.isfinite(n) for n in norms) or _all_finite(grads)
+        finite, norms = self._checked_norms(grads)
         squares = [0.0] * len(self.module_paths)
         has = [False] * len(self.module_paths)
         for norm, row, grad in zip(norms, self._owner_rows, grads, strict=True):
@@ -537,6 +583,19 @@ class TrainingMonitor:
             self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
             self._log.sample(step, block)
         return finite
+
+    def _checked_norms(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, Sequence[float]]:
+        """Every rank's verdict and each parameter's gradient norm (global when sharded)."""
+        norms = _parameter_norms(grads)
+        finite = all(math.isfinite(n) for n in norms) or _all_finite(grads)
+        return self._ranks.agree_norms(finite, norms)
+
+    def _checked_norm(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
+        """Every rank's verdict and the global gradient norm."""
+        if not self._ranks.per_parameter:
+            return self._ranks.agree_norm(*_finite_norm(grads))
+        finite, norms = self._checked_norms(grads)
+        return finite, math.sqrt(math.fsum(n * n for n in norms))
 
     def _order(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         count = min(self._samples, HISTORY_SAMPLES)
@@ -683,21 +742,6 @@ def _finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         return True, math.sqrt(squares)
     finite = all(bool(torch.isfinite(_dense_values(g)).all()) for g in grads if g is not None)
     return finite, math.inf if finite else math.nan
-
-
-def _loss(result: object) -> float:
-    """The loss a step returned (a scalar tensor or a number), NaN otherwise."""
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return float(result.detach())
-    if isinstance(result, int | float) and not isinstance(result, bool):
-        return float(result)
-    return math.nan
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:

@@ -16,7 +16,9 @@ alone:
 
 A field stored as float16 in one store and float32 in the other is compared on the
 float32 bins (every float16 is a float32, so its counts move into the float32 bin of
-its value exactly). Counts add, so partials merge exactly in any grouping.
+its value exactly), and so is a field stored as float16 in some shards of one store and
+float32 in others (its histogram reports the wider dtype). Counts add, so partials merge
+exactly in any grouping.
 
 Metrics, from the two count vectors over the shared bins in value order:
 
@@ -197,16 +199,53 @@ class FieldHistogram:
             self.counts += counts
 
     def merge(self, other: FieldHistogram) -> FieldHistogram:
+        """Add ``other``'s counts into this histogram (``other`` is never changed).
+
+        A float16 and a float32 histogram of one field (its dtype differs between shards
+        of one store) merge on the float32 bins, as two stores of different dtypes are
+        compared: the float16 counts move into the float32 bin of their value exactly and
+        the dtype becomes the wider one.
+        """
         if other.kind != self.kind:
-            raise ValueError(
-                f"cannot merge a {other.kind} histogram into a {self.kind} one "
-                "(a field's dtype differs between shards of one store)"
-            )
+            if INTEGER in (self.kind, other.kind):
+                raise ValueError(
+                    f"cannot merge a {other.kind} histogram into a {self.kind} one "
+                    "(a field holds integers in one shard and floats in another)"
+                )
+            if self.kind == FLOAT16:
+                self._widen()
+            other = other.copy()
+            other._widen()
+        self.dtype = np.promote_types(self.dtype, other.dtype).name
         if other.counts is not None:
             self._add(other.counts)
         self.integers.update(other.integers)
         self.moments.merge(other.moments)
         return self
+
+    def copy(self) -> FieldHistogram:
+        out = FieldHistogram(self.kind, self.dtype)
+        out.counts = None if self.counts is None else self.counts.copy()
+        out.integers = Counter(self.integers)
+        out.moments = Moments().merge(self.moments)
+        return out
+
+    def _widen(self) -> None:
+        """Move a float16 histogram onto the float32 bins in place (exactly)."""
+        if self.kind != FLOAT16:
+            return
+        self.kind = FLOAT32
+        counts16 = self.counts
+        if counts16 is None:
+            return
+        counts = np.zeros(1 << 16, dtype=np.int64)
+        np.add.at(counts, _f16_to_f32(), counts16)
+        self.counts = counts
+        # float16 moments follow from the bit-pattern counts; the float32 kind keeps them
+        # beside its own exact sums (non-finite patterns are left out at finish).
+        own = Moments()
+        own.counts16 = counts16.copy()
+        self.moments.merge(own)
 
     # Pickled sparsely: most of the 65,536 bins of a field are empty.
     def __getstate__(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from vinlens.store.access_base import FileStat
+from vinlens.store.access import FileStat
 from vinlens.store.errors import (
     BlockMismatchError,
     CorruptChunkError,

@@ -343,7 +343,9 @@ class VinlensWidget(anywidget.AnyWidget):
             shown = None if cancelled or isinstance(exc, CommandError) else exc
             # State first, reply last: whoever waits for the reply (or the task) sees the
             # final status, and may start the next exclusive command at once.
-            if cancelled:
+            if cancelled or (not task.exclusive and self._others_running(task)):
+                # A side command that fails beside a running scan answers its asker
+                # only: the widget's status and error box follow the scan.
                 self._settle_status(task)
             else:
                 self._report_error(ctx.request_id, message, shown)
@@ -363,9 +365,11 @@ class VinlensWidget(anywidget.AnyWidget):
         A quick side command next to a long exclusive scan must not tell the browser the
         widget is idle while the scan goes on.
         """
+        self.status = "busy" if self._others_running(ending) else "idle"
+
+    def _others_running(self, task: CommandTask) -> bool:
         with self._tasks_lock:
-            others = any(task is not ending for task in self._tasks.values())
-        self.status = "busy" if others else "idle"
+            return any(other is not task for other in self._tasks.values())
 
     def run_in_flight(
         self, name: str, func: Callable[[CommandContext], T], *, trigger: str | None = None

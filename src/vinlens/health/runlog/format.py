@@ -5,6 +5,12 @@ kind byte, three zero bytes, the payload length and the CRC-32 of kind and paylo
 little-endian) followed by its payload. A reader takes records while the header is whole,
 the magic matches, the payload is all there and its checksum agrees; the first record
 that fails any of these ends the segment (a torn tail from a killed writer, never data).
+
+A :data:`SAMPLES` record (the sampled steps of one flush) is the exception to "CRC of the
+whole payload": its CRC covers its index (counts, steps and one checksum per field), and
+each field's values carry their own 64-bit additive checksum, verified when that field is
+read. So a reader opens a run, and reads one field of it, without touching the bytes of
+the other fields (see :func:`sample_index`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from vinlens.health.gradient import GradientOrigin
 from vinlens.health.origin import NonFiniteOrigin
 from vinlens.health.summaries import TensorTrace
@@ -25,11 +33,15 @@ __all__ = [
     "EVENT",
     "META",
     "SAMPLE",
+    "SAMPLES",
     "STEPS",
     "decode_json",
     "encode_json",
     "encode_record",
+    "encode_samples",
+    "field_checksum",
     "iter_records",
+    "sample_index",
 ]
 
 MAGIC = b"VLR1"
@@ -40,10 +52,43 @@ HEADER_SIZE = _HEADER.size
 META = 1
 #: Every-step series (a batch): count, then int64 steps, float64 grad norms and losses.
 STEPS = 2
-#: One sampled step: int64 step, then float64 ``(fields, modules)``, field-major.
+#: One sampled step: int64 step, then float64 ``(fields, modules)``, field-major (read;
+#: written by the first format only, superseded by :data:`SAMPLES`).
 SAMPLE = 3
 #: One :class:`~vinlens.health.NonFiniteEvent` (JSON).
 EVENT = 4
+#: The sampled steps of one flush: uint32 ``n``, ``fields``, ``modules`` and a zero word,
+#: int64 steps (``n``), uint64 checksums (one per field, see :func:`field_checksum`),
+#: then float64 values ``(fields, n, modules)``: each field's ``n x modules`` block is
+#: contiguous. The header's CRC covers the payload up to the values.
+SAMPLES = 5
+_SAMPLES_HEAD = struct.Struct("<IIII")
+
+
+def field_checksum(values: np.ndarray[Any, Any]) -> int:
+    """The sum, modulo 2**64, of a float64 block's little-endian 64-bit words."""
+    words = np.ascontiguousarray(values, dtype="<f8").view("<u8")
+    return int(words.sum(dtype=np.uint64))
+
+
+def encode_samples(steps: list[int], blocks: list[np.ndarray[Any, Any]]) -> bytes:
+    """A :data:`SAMPLES` record of ``blocks`` (each ``(modules, fields)``) at ``steps``."""
+    values = np.ascontiguousarray(np.stack(blocks).transpose(2, 0, 1), dtype="<f8")
+    fields, n, modules = values.shape
+    sums = np.array([field_checksum(v) for v in values], dtype="<u8")
+    head = _SAMPLES_HEAD.pack(n, fields, modules, 0) + np.asarray(steps, "<i8").tobytes()
+    index = head + sums.tobytes()
+    crc = zlib.crc32(index, zlib.crc32(bytes((SAMPLES,))))
+    header = _HEADER.pack(MAGIC, SAMPLES, len(index) + values.nbytes, crc)
+    return header + index + values.tobytes()
+
+
+def sample_index(data: bytes | memoryview | Any, offset: int) -> tuple[int, int, int, int]:
+    """``(n, fields, modules, values_offset)`` of the :data:`SAMPLES` payload at ``offset``:
+    the steps are ``n`` int64 at ``offset + 16``, the checksums ``fields`` uint64 after
+    them; the CRC-covered index ends at ``values_offset``."""
+    n, fields, modules, _ = _SAMPLES_HEAD.unpack_from(data, offset)
+    return n, fields, modules, offset + _SAMPLES_HEAD.size + 8 * n + 8 * fields
 
 
 def encode_record(kind: int, payload: bytes) -> bytes:
@@ -63,7 +108,14 @@ def iter_records(data: bytes | memoryview, start: int = 0) -> Iterator[tuple[int
         end = payload + length
         if magic != MAGIC or end > size:
             return
-        if zlib.crc32(data[payload:end], zlib.crc32(bytes((kind,)))) != crc:
+        covered = end
+        if kind == SAMPLES:
+            if length < _SAMPLES_HEAD.size:
+                return
+            n, fields, modules, covered = sample_index(data, payload)
+            if covered + 8 * fields * n * modules != end:
+                return
+        if zlib.crc32(data[payload:covered], zlib.crc32(bytes((kind,)))) != crc:
             return
         yield kind, payload, end
         offset = end

@@ -1,7 +1,14 @@
-"""The reading side of a run log: :func:`open_run` and :class:`TrainingRun`."""
+"""The reading side of a run log: :func:`open_run` and :class:`TrainingRun`.
+
+Local segments are memory-mapped, and the reader keeps only offsets into them (the
+sampled steps' records, the events, the every-step series): reading one field of the
+module x step matrix touches that field's bytes only. Segment objects on object storage
+are fetched once, whole, and held.
+"""
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import threading
@@ -23,9 +30,12 @@ from vinlens.health.runlog.format import (
     EVENT,
     META,
     SAMPLE,
+    SAMPLES,
     STEPS,
     decode_json,
+    field_checksum,
     iter_records,
+    sample_index,
 )
 from vinlens.health.runlog.location import split_log_dir
 from vinlens.health.runlog.replay import Replay, load_replay
@@ -49,8 +59,21 @@ class StepSeries(NamedTuple):
 
 @dataclass
 class _Segment:
-    read: int = 0  # bytes of the file read so far
-    tail: bytes = b""  # read but not yet a whole record
+    path: str
+    data: Any = b""  # the bytes read so far: a read-only memory map of a local file
+    read: int = 0  # where the first record not yet taken starts
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Sampled steps in one record: field ``f``'s ``(n, modules)`` values start at
+    ``values + f * n * modules * 8`` of ``segment.data``; ``sums`` are their checksums
+    (None for a first-format record, whose CRC covered the values when it was read)."""
+
+    segment: _Segment
+    n: int
+    values: int
+    sums: tuple[int, ...] | None
 
 
 @dataclass
@@ -61,7 +84,7 @@ class _Rank:
     norms: list[np.ndarray[Any, Any]] = field(default_factory=list)
     losses: list[np.ndarray[Any, Any]] = field(default_factory=list)
     sample_steps: list[int] = field(default_factory=list)
-    samples: list[tuple[bytes, int]] = field(default_factory=list)
+    blocks: list[_Block] = field(default_factory=list)
     events: list[NonFiniteEvent] = field(default_factory=list)
     bundles: dict[int, str] = field(default_factory=dict)
     path: str = ""
@@ -115,13 +138,26 @@ class TrainingRun:
         except FileNotFoundError:
             return []
 
-    def _read(self, path: str, start: int) -> bytes:
-        if self._fs is None:
-            with open(path, "rb") as f:
-                f.seek(start)
-                return f.read()
-        data: bytes = self._fs.cat_file(path, start=start or None)
-        return data
+    def _load(self, segment: _Segment) -> bool:
+        """Bring ``segment.data`` up to the file's end; whether it grew.
+
+        A local segment is memory-mapped (the pages a read touches come from the page
+        cache, and the reader holds no copy of the log); an object is fetched once, whole.
+        """
+        if self._fs is not None:
+            if len(segment.data):
+                return False  # an object is whole once it is listed
+            segment.data = self._fs.cat_file(segment.path)
+            return bool(len(segment.data))
+        try:
+            with open(segment.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size <= len(segment.data):
+                    return False
+                segment.data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            return False
+        return True
 
     def refresh(self) -> TrainingRun:
         """Read what was appended since the last read; returns ``self``."""
@@ -139,34 +175,35 @@ class TrainingRun:
     def _refresh_rank(self, state: _Rank, path: str) -> None:
         names = [n for n in self._list(path) if segment_seq(n) is not None]
         for name in sorted(names, key=lambda n: segment_seq(n) or 0):
-            segment = state.segments.setdefault(name, _Segment())
-            if self._fs is not None and segment.read and not segment.tail:
-                continue  # an object is whole once it is listed
-            fresh = self._read(f"{path}/{name}", segment.read)
-            if not fresh:
+            segment = state.segments.get(name)
+            if segment is None:
+                segment = state.segments[name] = _Segment(f"{path}/{name}")
+            if not self._load(segment):
                 continue
-            segment.read += len(fresh)
-            data = segment.tail + fresh if segment.tail else fresh
-            consumed = 0
-            for kind, offset, end in iter_records(data):
-                self._take(state, kind, data, offset, end)
-                consumed = end
-            segment.tail = data[consumed:]
+            for kind, offset, end in iter_records(segment.data, segment.read):
+                self._take(state, segment, kind, offset, end)
+                segment.read = end
 
-    def _take(self, state: _Rank, kind: int, data: bytes, offset: int, end: int) -> None:
+    def _take(self, state: _Rank, segment: _Segment, kind: int, offset: int, end: int) -> None:
+        data = segment.data
         if kind == META:
             if not state.meta:
                 state.meta = decode_json(data[offset:end])
         elif kind == STEPS:
             (n,) = struct.unpack_from("<I", data, offset)
             base = offset + 4
-            state.steps.append(np.frombuffer(data, "<i8", n, base))
-            state.norms.append(np.frombuffer(data, "<f8", n, base + 8 * n))
-            state.losses.append(np.frombuffer(data, "<f8", n, base + 16 * n))
+            state.steps.append(np.frombuffer(data, "<i8", n, base).copy())
+            state.norms.append(np.frombuffer(data, "<f8", n, base + 8 * n).copy())
+            state.losses.append(np.frombuffer(data, "<f8", n, base + 16 * n).copy())
+        elif kind == SAMPLES:
+            n, width, _, values = sample_index(data, offset)
+            state.sample_steps.extend(np.frombuffer(data, "<i8", n, offset + 16).tolist())
+            sums = np.frombuffer(data, "<u8", width, offset + 16 + 8 * n)
+            state.blocks.append(_Block(segment, n, values, tuple(int(v) for v in sums)))
         elif kind == SAMPLE:
             (step,) = struct.unpack_from("<q", data, offset)
             state.sample_steps.append(step)
-            state.samples.append((data, offset + 8))
+            state.blocks.append(_Block(segment, 1, offset + 8, None))
         elif kind == EVENT:
             fields = decode_json(data[offset:end])
             if fields.get("replay"):
@@ -174,6 +211,29 @@ class TrainingRun:
             state.events.append(
                 NonFiniteEvent(int(fields["step"]), fields.get("origin"), rank=int(fields["rank"]))
             )
+
+    def _field(self, state: _Rank, column: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """Field ``column`` of every sampled step, ``(steps, modules)``, checksums verified.
+
+        Raises:
+            ValueError: a block's values fail their checksum (the file was damaged).
+        """
+        m = len(state.meta["module_paths"])
+        blocks = list(state.blocks)
+        out = np.empty((sum(b.n for b in blocks), m))
+        row = 0
+        for block in blocks:
+            start = block.values + 8 * column * block.n * m
+            values = np.frombuffer(block.segment.data, "<f8", block.n * m, start)
+            if block.sums is not None and field_checksum(values) != block.sums[column]:
+                raise ValueError(
+                    f"{block.segment.path}: the values of field"
+                    f" {state.meta['fields'][column]!r} at byte {start} fail their checksum"
+                    " (the file was damaged after it was written)"
+                )
+            out[row : row + block.n] = values.reshape(block.n, m)
+            row += block.n
+        return out
 
     def _rank(self, rank: int) -> _Rank:
         state = self._ranks.get(rank)
@@ -219,7 +279,9 @@ class TrainingRun:
 
     def sampled_steps(self, rank: int = 0) -> tuple[int, ...]:
         """The sampled steps logged, in order."""
-        return tuple(self._rank(rank).sample_steps)
+        state = self._rank(rank)
+        with self._lock:
+            return tuple(state.sample_steps)
 
     def history_matrix(self, field: str = "grad_norm", rank: int = 0) -> HistoryMatrix:
         """One statistic of every module over every sampled step logged."""
@@ -227,15 +289,11 @@ class TrainingRun:
         fields: list[str] = state.meta["fields"]
         if field not in fields:
             raise ValueError(f"field must be one of {', '.join(sorted(fields))}, got {field!r}")
-        paths = tuple(state.meta["module_paths"])
-        m = len(paths)
-        column = fields.index(field) * m
-        samples = list(state.samples)
-        values = np.empty((m, len(samples)))
-        for j, (data, offset) in enumerate(samples):
-            values[:, j] = np.frombuffer(data, "<f8", m, offset + 8 * column)
-        steps = tuple(state.sample_steps[: len(samples)])
-        return HistoryMatrix(field, steps, paths, values)
+        with self._lock:
+            steps = tuple(state.sample_steps)
+            values = self._field(state, fields.index(field))
+        # (modules, steps): the transpose of the rows read, without a second copy.
+        return HistoryMatrix(field, steps, tuple(state.meta["module_paths"]), values.T)
 
     def history(self, rank: int = 0) -> TrainingHistory:
         """Every sampled step logged, as the monitor's :class:`TrainingHistory` (its totals
@@ -243,11 +301,10 @@ class TrainingRun:
         state = self._rank(rank)
         fields: list[str] = state.meta["fields"]
         paths = tuple(state.meta["module_paths"])
-        m = len(paths)
-        samples = list(state.samples)
-        block = np.empty((len(samples), len(fields), m))
-        for j, (data, offset) in enumerate(samples):
-            block[j] = np.frombuffer(data, "<f8", m * len(fields), offset).reshape(len(fields), m)
+        with self._lock:
+            sample_steps = tuple(state.sample_steps)
+            block = np.stack([self._field(state, c) for c in range(len(fields))], axis=1)
+        samples = sample_steps
         summary_fields = [f for f in fields if f != "grad_norm"]
         columns = [fields.index(f) for f in summary_fields]
         norm_column = fields.index("grad_norm")
@@ -268,7 +325,7 @@ class TrainingRun:
         series = self.step_series(rank)
         steps_run = int(series.steps[-1]) + 1 if len(series.steps) else 0
         return TrainingHistory(
-            tuple(state.sample_steps[: len(samples)]),
+            sample_steps,
             types.MappingProxyType(modules),
             steps_run,
             len(samples),

@@ -13,7 +13,7 @@ import io
 import os
 import pickle
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_REPLAY_MAX_BYTES",
     "Replay",
     "ReplayCapture",
+    "StartState",
     "bundle_name",
     "load_replay",
 ]
@@ -96,11 +97,55 @@ def _rng_restore(plain: Mapping[str, Any]) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
+class StartState:
+    """The model's buffers as a step starts (BatchNorm running statistics and counters),
+    copied every step into storage allocated once: one fused copy, no allocation.
+
+    The buffers are the ones registered when the state was made (as the monitor's
+    parameters are its model's at construction); a buffer replaced by another tensor
+    since is found by identity and the storage is allocated again. A buffer registered
+    later is not in the start state: a replay runs it from where the step left it.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._slots = [
+            (module, name)
+            for module in model.modules()
+            for name, buffer in module._buffers.items()
+            if buffer is not None
+        ]
+        self._sources: list[torch.Tensor] = []
+        self._saved: list[torch.Tensor] = []
+
+    def capture(self) -> StartState:
+        """Copy the buffers' current values; returns ``self``."""
+        current = [module._buffers.get(name) for module, name in self._slots]
+        with torch.no_grad():
+            if len(current) != len(self._sources) or any(
+                a is not b for a, b in zip(current, self._sources, strict=True)
+            ):
+                self._sources = [b for b in current if b is not None]
+                self._slots = [
+                    slot for slot, b in zip(self._slots, current, strict=True) if b is not None
+                ]
+                self._saved = [b.detach().clone() for b in self._sources]
+            elif self._saved:
+                torch._foreach_copy_(self._saved, self._sources)
+        return self
+
+    def restore(self) -> None:
+        """Put the captured values back into the buffers."""
+        if self._saved:
+            with torch.no_grad():
+                torch._foreach_copy_(self._sources, self._saved)
+
+
 class ReplayCapture:
     """Wraps a replayed ``step_fn``: restores the buffers of the step's start, records the
     root module's first call's inputs and the gradient at its outputs."""
 
-    def __init__(self, model: nn.Module, start_buffers: Sequence[torch.Tensor] | None) -> None:
+    def __init__(self, model: nn.Module, start_buffers: StartState | None) -> None:
         self.model = model
         self.start_buffers = start_buffers
         self.inputs: object = None
@@ -114,9 +159,7 @@ class ReplayCapture:
     def wrap(self, step_fn: Callable[[], object]) -> Callable[[], object]:
         def run() -> object:
             if self.start_buffers is not None:
-                with torch.no_grad():
-                    for buffer, saved in zip(self.model.buffers(), self.start_buffers, strict=True):
-                        buffer.copy_(saved)
+                self.start_buffers.restore()
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             with HookSet() as hooks:
                 self._hooks = hooks

@@ -9,17 +9,26 @@ whole when it appears. A killed writer leaves whole records and at most one torn
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-from vinlens.health.runlog.format import EVENT, META, SAMPLE, STEPS, encode_json, encode_record
+from vinlens.health.runlog.format import (
+    EVENT,
+    META,
+    STEPS,
+    encode_json,
+    encode_record,
+    encode_samples,
+)
 from vinlens.health.runlog.location import split_log_dir
 
 __all__ = [
@@ -72,6 +81,10 @@ class _Pending:
     steps: list[int]
     norms: list[float]
     losses: list[float]
+    sample_steps: list[int] = field(default_factory=list)
+    samples: list[np.ndarray[Any, np.dtype[np.float64]]] = field(default_factory=list)
+    sample_bytes: int = 0
+    deferred: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
 
 class RunLogWriter:
@@ -108,6 +121,7 @@ class RunLogWriter:
         self._bundles = 0
         self._file: Any = None
         self._file_size = 0
+        self._start: Any = None
         try:
             if self._fs is None:
                 os.makedirs(self._dir, exist_ok=True)
@@ -134,20 +148,37 @@ class RunLogWriter:
 
     # ------------------------------------------------------------------ records
 
-    def step(self, step: int, grad_norm: float, loss: float) -> None:
-        """One step's global gradient norm and loss (NaN when ``step_fn`` returned none)."""
-        pending = self._pending
+    def step(self, step: int, grad_norm: float, loss: object) -> None:
+        """One step's global gradient norm and loss: what ``step_fn`` returned, a scalar
+        tensor or a number (NaN for anything else). A loss on an accelerator is read when
+        the buffer is written (on the flushing thread), so the step does not wait for it."""
+        value = math.nan
+        deferred = None
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            if loss.device.type == "cpu":
+                value = float(loss.detach())
+            else:
+                deferred = loss.detach().clone()
+        elif isinstance(loss, int | float) and not isinstance(loss, bool):
+            value = float(loss)
         with self._lock:
+            pending = self._pending
+            if deferred is not None:
+                pending.deferred.append((len(pending.losses), deferred))
             pending.steps.append(step)
             pending.norms.append(grad_norm)
-            pending.losses.append(loss)
+            pending.losses.append(value)
         self._maybe_flush()
 
     def sample(self, step: int, block: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """One sampled step's ``(modules, fields)`` rows."""
-        payload = struct.pack("<q", step) + np.ascontiguousarray(block.T, dtype="<f8").tobytes()
+        """One sampled step's ``(modules, fields)`` rows (a flush writes its sampled steps as
+        one :data:`~vinlens.health.runlog.format.SAMPLES` record)."""
+        rows = np.array(block, dtype=np.float64)
         with self._lock:
-            self._pending.records += encode_record(SAMPLE, payload)
+            pending = self._pending
+            pending.sample_steps.append(step)
+            pending.samples.append(rows)
+            pending.sample_bytes += rows.nbytes
         self._maybe_flush()
 
     def event(self, fields: dict[str, object]) -> None:
@@ -155,6 +186,16 @@ class RunLogWriter:
         with self._lock:
             self._pending.records += encode_record(EVENT, encode_json(fields))
         self.flush()
+
+    def start_state(self, model: Any) -> Any:
+        """The buffers of ``model`` as the step starts (a
+        :class:`~vinlens.health.runlog.replay.StartState`, refilled in place each step)."""
+        from vinlens.health.runlog.replay import StartState
+
+        start = self._start
+        if start is None or start.model is not model:
+            start = self._start = StartState(model)
+        return start.capture()
 
     def capture(self, model: Any, start_buffers: Any) -> Any:
         """A :class:`~vinlens.health.runlog.replay.ReplayCapture` for a step's replay."""
@@ -212,12 +253,18 @@ class RunLogWriter:
         if self.error is not None:
             return
         due = time.monotonic() - self._last_flush >= self.flush_interval
-        if due or len(self._pending.records) >= _BUFFER_BYTES or len(self._pending.steps) >= 65536:
+        pending = self._pending
+        size = len(pending.records) + pending.sample_bytes
+        if due or size >= _BUFFER_BYTES or len(pending.steps) >= 65536:
             self.flush()
 
     def _take(self) -> bytes:
         pending = self._pending
         data = pending.records
+        if pending.samples:
+            data = data + encode_samples(pending.sample_steps, pending.samples)
+        for index, tensor in pending.deferred:
+            pending.losses[index] = float(tensor)
         if pending.steps:
             n = len(pending.steps)
             payload = (

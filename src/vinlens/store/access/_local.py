@@ -10,14 +10,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
-from vinlens.store.access_base import (
+from vinlens.store.access._base import (
     FileStat,
     StoreAccess,
     changed_since_listing,
     check_relative,
     open_regular_fd,
 )
-from vinlens.store.access_zarr import AccessZarrStore
+from vinlens.store.access._zarr import AccessZarrStore
 from vinlens.store.errors import StoreReplacedError
 
 __all__ = ["LocalStoreAccess"]

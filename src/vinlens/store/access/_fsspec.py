@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import IO, Any, TypeVar, cast
 
-from vinlens.store.access_base import (
+from vinlens.store.access._base import (
     FileStat,
     StoreAccess,
     changed_since_listing,
     check_relative,
 )
-from vinlens.store.access_zarr import AccessZarrStore
+from vinlens.store.access._zarr import AccessZarrStore
 from vinlens.store.errors import SpecialFileError, StoreAccessError, StoreReplacedError
 
 __all__ = [

@@ -22,7 +22,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from vinlens.store.access_base import FileStat, StoreAccess
+from vinlens.store.access._base import FileStat, StoreAccess
 from vinlens.store.errors import MissingChunksError
 
 __all__ = ["AccessZarrStore"]

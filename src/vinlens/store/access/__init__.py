@@ -22,14 +22,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from vinlens.store.access_base import FileStat, StoreAccess, open_regular_fd
-from vinlens.store.access_local import LocalStoreAccess
-from vinlens.store.access_remote import (
+from vinlens.store.access._base import FileStat, StoreAccess, open_regular_fd
+from vinlens.store.access._fsspec import (
     DEFAULT_S3_OPTIONS,
     REQUEST_DEADLINE_S,
     S3FS_RETRIES,
     FsspecStoreAccess,
 )
+from vinlens.store.access._local import LocalStoreAccess
 from vinlens.store.errors import StoreAccessError
 from vinlens.store.format import is_url
 

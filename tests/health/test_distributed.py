@@ -1,0 +1,100 @@
+"""TrainingMonitor on DDP (gloo, 2 processes on 127.0.0.1), a NaN planted on rank 1 only."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(scenario: str, tmp_path: Path, world: int = 2) -> list[dict[str, object]]:
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")]
+    )
+    outs = [tmp_path / f"rank{r}.json" for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), scenario, str(r), str(world), str(port), str(outs[r])],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(world)
+    ]
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=120)[0].decode(errors="replace"))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-4000:]}"
+    return [json.loads(out.read_text()) for out in outs]
+
+
+@pytest.mark.timeout(180)
+def test_ddp_nan_on_rank_1_raises_on_both_ranks(tmp_path: Path) -> None:
+    ranks = run_ranks("all", tmp_path)
+    for found in ranks:
+        assert found["paths"] == ["<root>", "enc", "mid", "dec"]  # no "module." prefix
+        assert found["raised"] is True
+        assert found["made_on_ranks"] == [1]
+        assert found["event_rank"] == found["rank"]
+        assert found["leftover"] == []
+    assert ranks[1]["origin"] == "mid"
+    assert ranks[0]["origin"] is None
+    assert "origin on rank(s) 1" in str(ranks[0]["message"])
+
+
+@pytest.mark.timeout(180)
+def test_one_rank_monitoring_is_refused_or_local_and_never_crashes_the_peer(
+    tmp_path: Path,
+) -> None:
+    rank0, rank1 = run_ranks("refused", tmp_path)
+    assert "rank(s) 1 of 2 constructed no monitor" in str(rank0["refused"])
+    assert "ranks='local'" in str(rank0["refused"])
+    # rank 0 alone sees the NaN the all-reduce brought; its own replay stays finite
+    assert rank0["made_on_ranks"] == []
+    assert rank0["origin"] is None
+    assert rank0["trained_on"] is True and rank1["trained_on"] is True
+    assert rank0["leftover"] == [] and rank1["leftover"] == []
+
+
+@pytest.mark.timeout(180)
+def test_fsdp2_norms_are_the_unsharded_models_and_every_shard_is_checked(
+    tmp_path: Path,
+) -> None:
+    ranks = run_ranks("fsdp", tmp_path)
+    assert ranks[0]["events"] == ranks[1]["events"]  # made_on_ranks: the same on every rank
+    for found in ranks:
+        norms, reference = found["norms"], found["reference"]
+        assert isinstance(norms, dict) and isinstance(reference, dict)
+        for path in ("enc", "dec"):  # float32 sums in another order: a few ulps
+            assert norms[path] == pytest.approx(reference[path], rel=1e-5)
+        assert "(ranks='local') cannot watch" in str(found["refused_local"])
+        # the NaN sits in rank 1's shard: both ranks record the step
+        assert len(found["events"]) == 1  # type: ignore[arg-type]
+        assert found["leftover"] == found["fsdp_hooks"]  # only FSDP's own hooks remain
