@@ -496,16 +496,21 @@ def test_lazy_model_capture_sees_the_initializing_call() -> None:
     assert_no_hooks(model)
 
 
-def test_compiled_model_warns() -> None:
+def test_compiled_model_captures_the_eager_paths() -> None:
+    torch._dynamo.reset()
     model = SmallCNN()
+    x = torch.randn(2, 3, 8, 8)
+    with capture_model(model) as eager:
+        model(x)
     compiled = torch.compile(model, backend="eager")
-    with pytest.warns(RuntimeWarning, match="torch.compile'd modules"), capture_model(compiled):
-        pass
-    assert_no_hooks(model)
+    compiled(x)  # compiled before the capture's hooks exist
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with capture_model(model):
-            pass
+        with capture_model(compiled) as capture:
+            compiled(x)
+    assert [s.module_path for s in capture.snapshots] == [s.module_path for s in eager.snapshots]
+    assert_no_hooks(model)
+    torch._dynamo.reset()
 
 
 def test_data_parallel_wrapper_paths() -> None:

@@ -46,6 +46,13 @@ COLUMNS: dict[str, int] = {name: i for i, name in enumerate(SUMMARY_FIELDS)} | {
 }
 
 
+COMPILED_FINITE = (
+    " (the step ran compiled code and was replayed eagerly: the compiled code's own"
+    " numerics, or random numbers it drew itself, made the NaN or Inf, so no module can be"
+    " named; torch._inductor.config.fallback_random=True makes inductor draw as eager does)"
+)
+
+
 @dataclass(frozen=True)
 class NonFiniteEvent:
     """A training step whose parameter gradients held NaN or Inf.
@@ -62,6 +69,11 @@ class NonFiniteEvent:
             this rank's alone, or (), otherwise.
         replayed: False when the step was not replayed (:meth:`TrainingMonitor.end_step`
             got no ``replay``), so ``origin`` is None without a search.
+        replayed_eagerly: The model runs ``torch.compile``'d code and the step was replayed
+            eagerly (compiled code cannot be watched module by module): ``origin`` is the
+            eager replay's. None there means the compiled step's NaN or Inf did not recur
+            eagerly (made by the compiled code's own numerics, or by random numbers it drew
+            itself), and a ``RuntimeWarning`` says so.
     """
 
     step: int
@@ -69,6 +81,7 @@ class NonFiniteEvent:
     rank: int = 0
     made_on_ranks: tuple[int, ...] = ()
     replayed: bool = True
+    replayed_eagerly: bool = False
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -83,7 +96,7 @@ class NonFiniteGradientError(RuntimeError):
         where = (
             "not replayed (end_step got no replay function), origin unknown"
             if not event.replayed
-            else "the replay stayed finite"
+            else "the replay stayed finite" + (COMPILED_FINITE if event.replayed_eagerly else "")
             if origin is None
             else "already non-finite where it entered the model (made by the loss), first"
             f" reaching {origin.module_path!r} (call {origin.call_index})"

@@ -75,6 +75,7 @@ class OpenStep:
     start_buffers: list[torch.Tensor] | None
     outputs: ActivationAccumulator | None  # None: not a sampled step
     hooks: HookSet | None
+    release_eager: Callable[[], None] | None = None  # ends the sampled step's eager stance
 
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -44,6 +44,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH, summarize_tensor
 from vinlens.model_inspection.summary import FiniteCache
+from vinlens.wrappers import named_parameters, run_eagerly
 
 __all__ = ["GradientOrigin", "find_nonfinite_gradient_origin"]
 
@@ -149,7 +150,7 @@ class _StepWatch:
         self.lock = threading.Lock()
         self.own_parameters: dict[str, int] = {}
         self.parameters: list[tuple[str, str, torch.Tensor]] = []
-        for name, parameter in model.named_parameters():
+        for name, parameter in named_parameters(model):
             if parameter.requires_grad:
                 owner = name.rpartition(".")[0] or ROOT_PATH
                 self.parameters.append((name, owner, parameter))
@@ -350,7 +351,7 @@ def find_nonfinite_gradient_origin(
     """
     check_model(model)
     check_callable(step, "takes no arguments and runs forward and backward")
-    with HookSet() as hooks:
+    with run_eagerly(), HookSet() as hooks:
         watch = _StepWatch(model, hooks)
         try:
             watch.arm()

@@ -30,6 +30,7 @@ from torch import nn
 
 from vinlens.health._monitor_records import (
     COLUMNS,
+    COMPILED_FINITE,
     GRAD_NORM,
     SUMMARY_FIELDS,
     HistoryField,
@@ -56,6 +57,13 @@ from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator
+from vinlens.wrappers import (
+    compiled_paths,
+    has_compile_wrappers,
+    hold_eager,
+    named_parameters,
+    unwrap_model,
+)
 
 if TYPE_CHECKING:
     from vinlens.health.runlog.writer import RunLogWriter
@@ -154,7 +162,7 @@ class TrainingMonitor:
         # Row of each parameter's owner among the watched paths (-1: not watched).
         rows = {path: row for row, path in enumerate(self.module_paths)}
         self._owner_rows: list[int] = []
-        for name, _ in self._module.named_parameters():
+        for name, _ in named_parameters(self._module):
             self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the step in progress
@@ -266,6 +274,7 @@ class TrainingMonitor:
                 "one training thread and give other threads their own monitor"
             )
         hooks = None
+        release_eager: Callable[[], None] | None = None
         try:
             step = self._step
             self._step += 1
@@ -283,12 +292,19 @@ class TrainingMonitor:
                     if threading.get_ident() == owner:  # not an eval/serving thread's forward
                         fold(label, output)
 
+                # Eagerly, so that a compiled model's hooks fire and dynamo never traces
+                # them; released when the step ends or is abandoned.
+                release_eager = hold_eager()
                 hooks = HookSet()
-                hooks.hook_modules(self._targets, None, post)
-            self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks)
+                hooks.hook_modules(
+                    self._targets, None, post, use_global=not has_compile_wrappers(self.model)
+                )
+            self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks, release_eager)
         except BaseException:
             if hooks is not None:
                 hooks.remove()
+            if release_eager is not None:
+                release_eager()
             self._running.release()
             raise
         return step
@@ -330,6 +346,8 @@ class TrainingMonitor:
         try:
             if step.hooks is not None:
                 step.hooks.remove()
+            if step.release_eager is not None:
+                step.release_eager()
             if replay is not None:
                 check_callable(replay, "re-runs the step (zero_grad, forward, backward)")
             return self._finish(step, result, replay)
@@ -372,6 +390,8 @@ class TrainingMonitor:
         try:
             if step.hooks is not None:
                 step.hooks.remove()
+            if step.release_eager is not None:
+                step.release_eager()
         finally:
             self._running.release()
         return True
@@ -401,14 +421,24 @@ class TrainingMonitor:
             return NonFiniteEvent(step, None, self.rank, replayed=False)
         capture = None
         if self._log is not None:
-            capture = self._log.capture(self._module, open_step.start_buffers)
+            capture = self._log.capture(unwrap_model(self._module), open_step.start_buffers)
         origin = None
         if replay is not None:
             replayed = replay if capture is None else capture.wrap(replay)
             with self._ranks.replaying():
                 origin = replay_step(self._module, self._parameters, replayed, open_step.rng)
         made_on = self._ranks.made_on_ranks(origin is not None)
-        event = NonFiniteEvent(step, origin, self.rank, made_on, replayed=replay is not None)
+        eagerly = replay is not None and bool(compiled_paths(self._module))
+        event = NonFiniteEvent(
+            step, origin, self.rank, made_on, replayed=replay is not None, replayed_eagerly=eagerly
+        )
+        if eagerly and origin is None:
+            warnings.warn(
+                f"TrainingMonitor: step {step} had non-finite gradients but its replay stayed"
+                f" finite{COMPILED_FINITE}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         if keep:
             with self._lock:
                 self._events.append(event)

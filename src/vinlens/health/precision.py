@@ -23,6 +23,7 @@ from torch import nn
 
 from vinlens.health.summaries import check_callable, check_model, floating_tensors, labelled_modules
 from vinlens.hooks import HookSet
+from vinlens.wrappers import has_compile_wrappers, run_eagerly
 
 __all__ = ["ModulePrecision", "PrecisionReport", "precision_headroom"]
 
@@ -202,8 +203,8 @@ def precision_headroom(
         with lock:
             rows.append(ModulePrecision(label, index, count, abs_max, over, under, headroom))
 
-    with HookSet() as hooks:
-        hooks.hook_modules(targets, None, post)
+    with run_eagerly(), HookSet() as hooks:
+        hooks.hook_modules(targets, None, post, use_global=not has_compile_wrappers(model))
         run()
     first = next((row.module_path for row in rows if row.overflow_count), None)
     return PrecisionReport(tuple(rows), first, str(target))

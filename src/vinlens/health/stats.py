@@ -33,6 +33,7 @@ from vinlens.operations import (
     run_operation,
 )
 from vinlens.workers import ModelRecipe, ShardedBatches, models_released
+from vinlens.wrappers import has_compile_wrappers, run_eagerly
 
 __all__ = ["ActivationAccumulator", "ActivationStats", "collect_activation_stats"]
 
@@ -174,8 +175,12 @@ def _stats_task(task: _StatsTask) -> ActivationAccumulator:
     try:
         # The same intra-op thread count as the caller's: reductions then split alike.
         torch.set_num_threads(task.threads)
-        with torch.no_grad(), HookSet() as hooks:
-            hooks.hook_modules(labelled_modules(model, task.module_paths), post=collector.post)
+        with torch.no_grad(), run_eagerly(), HookSet() as hooks:
+            hooks.hook_modules(
+                labelled_modules(model, task.module_paths),
+                post=collector.post,
+                use_global=not has_compile_wrappers(model),
+            )
             return collector.shard(model, task.source.batches(task.shard), task.run, None)
     finally:
         torch.set_num_threads(threads)
@@ -292,8 +297,8 @@ def collect_activation_stats(
         total = len(batches) if isinstance(batches, Sized) else None
     result = ActivationAccumulator()
     collector = _Collector()
-    with HookSet() as hooks:
-        hooks.hook_modules(targets, post=collector.post)
+    with run_eagerly(), HookSet() as hooks:
+        hooks.hook_modules(targets, post=collector.post, use_global=not has_compile_wrappers(model))
         if progress is not None and total is not None:
             progress(0, total)
         for done, shard in enumerate(shards, start=1):

@@ -19,6 +19,7 @@ from vinlens.model_inspection import ROOT_PATH, TensorSummary
 from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
 from vinlens.model_inspection.walk import walk_tensors
+from vinlens.wrappers import named_modules, unwrap_model
 
 __all__ = [
     "MAX_WALK_DEPTH",
@@ -153,8 +154,12 @@ def check_callable(run: object, what: str) -> None:
 def labelled_modules(
     model: nn.Module, module_paths: Sequence[str] | None
 ) -> list[tuple[str, nn.Module]]:
-    """(path, module) for every module, or for the named paths (unknown ones refused)."""
-    modules = [(name or ROOT_PATH, module) for name, module in model.named_modules()]
+    """(path, module) for every module, or for the named paths (unknown ones refused).
+
+    Paths are those of the original model (see :mod:`vinlens.wrappers`): on
+    ``torch.compile(model)`` the same as on ``model``.
+    """
+    modules = [(name or ROOT_PATH, module) for name, module in named_modules(model)]
     wanted = normalize_module_paths(module_paths)
     if wanted is None:
         return modules
@@ -163,7 +168,8 @@ def labelled_modules(
     if unknown:
         raise ValueError(
             f"unknown module path(s) {', '.join(repr(p) for p in unknown)}: expected "
-            f"named_modules() paths of {type(model).__qualname__}, with {ROOT_PATH!r} "
+            f"named_modules() paths of {type(unwrap_model(model)).__qualname__}, with "
+            f"{ROOT_PATH!r} "
             "for the model itself"
         )
     return [(path, known[path]) for path in wanted]

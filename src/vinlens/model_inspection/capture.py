@@ -40,6 +40,13 @@ from vinlens.model_inspection.snapshots import (
 from vinlens.model_inspection.structure import _registered_modules
 from vinlens.model_inspection.summary import SummaryCache, TensorSummary, stored_elements
 from vinlens.model_inspection.walk import _arg_path, _WalkItem, walk_tensors
+from vinlens.wrappers import (
+    fold_module_walk,
+    has_compile_wrappers,
+    hold_eager,
+    named_modules,
+    unwrap_model,
+)
 
 __all__ = [
     "CaptureLimits",
@@ -63,20 +70,6 @@ def _warn_stopped(label: str, index: int, direction: Direction, error: Exception
 
 
 # --------------------------------------------------------------------------- capture
-
-
-def _compiled_paths(modules: Sequence[tuple[str, nn.Module]]) -> list[str]:
-    """Paths of modules wrapped by ``torch.compile`` or compiled in place with ``Module.compile``.
-
-    Checked by name so that this diagnostic never imports ``torch._dynamo`` itself.
-    """
-    found: list[str] = []
-    for name, module in modules:
-        cls = type(module)
-        wrapped = cls.__name__ == "OptimizedModule" and cls.__module__.startswith("torch._dynamo")
-        if wrapped or getattr(module, "_compiled_call_impl", None) is not None:
-            found.append(name or ROOT_PATH)
-    return found
 
 
 _Node: TypeAlias = tuple[str, "weakref.ref[nn.Module]", int, tuple[str, ...], tuple[int, ...]]
@@ -216,6 +209,7 @@ class ModelCapture:
         self._summaries = SummaryCache()
         self._summary_elements = 0
         self._active = False
+        self._release_eager: Any = None  # while active: ends the eager stance (see __enter__)
 
     # -- public surface ------------------------------------------------------------------
 
@@ -252,6 +246,9 @@ class ModelCapture:
         finally:
             self._calls.clear()
             self._active = False
+            release, self._release_eager = self._release_eager, None
+            if release is not None:
+                release()
 
     def _remove_hooks(self) -> None:
         """Remove every hook and restore every module's kwargs flags; safe mid-forward."""
@@ -262,30 +259,27 @@ class ModelCapture:
             raise RuntimeError(
                 "this ModelCapture is already active; leave it (or call close()) before entering it again"
             )
-        modules = _module_walk(self._model)
+        original = unwrap_model(self._model)
+        # Paths of the original model: compile wrappers are folded away.
+        modules = fold_module_walk(original, _module_walk(original))
         # A whole-model capture needs no path checks; _register labels modules as it goes.
         targets = modules if self._module_paths is None else self._resolve_targets(modules)
-        compiled = _compiled_paths(modules)
-        if compiled:
-            warnings.warn(
-                "ModelCapture: the model contains torch.compile'd modules "
-                f"({', '.join(compiled[:5])}{', ...' if len(compiled) > 5 else ''}). Hooks added "
-                "after the first compiled call may never fire, so snapshots can be missing; "
-                "capture the uncompiled module (e.g. `compiled._orig_mod`) instead.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
         self._active = True
         if self._exhausted:  # quotas used up by an earlier entrance: nothing to observe
             return self
         try:
-            self._register(targets)
+            # Compiled code runs eagerly until the capture closes, so that its hooks fire
+            # and dynamo never traces them (see vinlens.wrappers).
+            self._release_eager = hold_eager()
+            self._register(targets, global_hooks=not has_compile_wrappers(self._model))
         except BaseException:
             self.close()
             raise
         return self
 
-    def _register(self, targets: Sequence[tuple[str, nn.Module]]) -> None:
+    def _register(
+        self, targets: Sequence[tuple[str, nn.Module]], *, global_hooks: bool = True
+    ) -> None:
         """Hook the targets: one global hook pair for a whole-model capture, else per module.
 
         Registering two instance hooks per module costs more than a light CNN's whole
@@ -293,14 +287,20 @@ class ModelCapture:
         pair filtered by module identity (modules with instance hooks of their own keep
         instance hooks, so ours still run after theirs and observe their changes). A
         capture of a few paths uses instance hooks only: global hooks would put every
-        other module's call on PyTorch's slower hooked path.
+        other module's call on PyTorch's slower hooked path. A model holding
+        ``torch.compile`` wrappers gets instance hooks too (``global_hooks=False``): PyTorch
+        warns on every wrapper call made while global hooks exist.
         """
         whole = self._module_paths is None
         if whole:
             # ``targets`` are named_modules() pairs here: the root is named "".
             targets = [(name or ROOT_PATH, module) for name, module in targets]
         self._hooks.hook_modules(
-            targets, self._on_input, self._on_output, always_call=True, use_global=whole
+            targets,
+            self._on_input,
+            self._on_output,
+            always_call=True,
+            use_global=whole and global_hooks,
         )
 
     def __exit__(
@@ -329,7 +329,7 @@ class ModelCapture:
         # Alias paths of a shared instance are legitimate registered paths too.
         known = {
             name or ROOT_PATH: module
-            for name, module in self._model.named_modules(remove_duplicate=False)
+            for name, module in named_modules(self._model, remove_duplicate=False)
         }
         unknown = [path for path in self._module_paths if path not in known]
         if unknown:
@@ -343,7 +343,7 @@ class ModelCapture:
                 )
                 hints.append(f"{path!r} ({hint})")
             raise ValueError(
-                f"unknown module path(s) for {_qualified_type_name(type(self._model))}: "
+                f"unknown module path(s) for {_qualified_type_name(type(unwrap_model(self._model)))}: "
                 f"{'; '.join(hints)}. Valid paths are the model's named_modules() names, "
                 f"with {ROOT_PATH!r} for the model itself."
             )

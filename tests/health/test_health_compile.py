@@ -1,0 +1,99 @@
+"""torch.compile: the engines answer with the original model's paths, and dynamo never traces them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch._dynamo.utils import counters
+
+from vinlens.health import TrainingMonitor, find_nonfinite_origin
+from vinlens.hooks import leftover_hooks
+
+
+class Mid(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("gate", torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.gate
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(8, 8)
+        self.mid = Mid()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.mid(torch.relu(self.enc(x)))))
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _run(style: str, monitored: bool) -> tuple[object, int]:
+    torch.manual_seed(0)
+    model = Net()
+    called: nn.Module = model
+    if style == "wrap":
+        called = torch.compile(model, backend="aot_eager")
+    else:
+        model.compile(backend="aot_eager")
+    x = torch.randn(4, 8)
+
+    def step() -> torch.Tensor:
+        model.zero_grad()
+        loss = called(x).sum()
+        loss.backward()
+        return loss
+
+    monitor = TrainingMonitor(called, every=3, on_nonfinite="record") if monitored else None
+    for index in range(8):
+        if index == 7:
+            model.mid.gate.fill_(float("nan"))
+        if monitor is not None:
+            monitor.run_step(step)
+        else:
+            step()
+    assert leftover_hooks(model.modules()) == []
+    result = monitor if monitor is not None else None
+    return result, counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("style", ["wrap", "inplace"])
+def test_monitor_on_a_compiled_model_names_the_eager_paths_without_recompiles(style: str) -> None:
+    _, plain_graphs = _run(style, monitored=False)
+    torch._dynamo.reset()
+    counters.clear()
+    monitor, graphs = _run(style, monitored=True)
+    assert isinstance(monitor, TrainingMonitor)
+    assert graphs == plain_graphs
+    assert monitor.module_paths == ("<root>", "enc", "mid", "mid.lin", "head")
+    assert all(h.output[0].count > 0 for h in monitor.history.modules.values())
+    (event,) = monitor.events
+    assert event.step == 7 and event.replayed_eagerly
+    assert event.origin is not None and event.origin.module_path == "mid"
+
+
+def test_forward_origin_on_torch_compile_names_the_original_module() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(4, 8)
+    compiled(x)
+    model.mid.gate.fill_(float("nan"))
+    origin = find_nonfinite_origin(compiled, lambda: compiled(x))
+    assert origin is not None and origin.module_path == "mid"
+    assert leftover_hooks(model.modules()) == []
