@@ -25,25 +25,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
 from vinlens.health import open_run
+from vinlens.health.monitor import HistoryField
 from vinlens.health.runlog.writer import RunLogWriter
 
-FIELDS = [
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "abs_max",
-    "zero_fraction",
-    "nan_count",
-    "posinf_count",
-    "neginf_count",
-    "grad_norm",
-]
+# A history row as the monitor writes it: the output summary, then the grad norm.
+FIELDS = [*get_args(HistoryField)[1:], "grad_norm"]
 
 
 def write_log(log: Path, modules: int, steps: int) -> None:

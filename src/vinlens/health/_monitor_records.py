@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -14,19 +14,6 @@ from vinlens.health.gradient import GradientOrigin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
-SUMMARY_FIELDS = (
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "abs_max",
-    "zero_fraction",
-    "nan_count",
-    "posinf_count",
-    "neginf_count",
-)
-GRAD_NORM = len(SUMMARY_FIELDS)
 #: Columns of :meth:`TrainingMonitor.history_matrix`.
 HistoryField = Literal[
     "grad_norm",
@@ -41,6 +28,9 @@ HistoryField = Literal[
     "posinf_count",
     "neginf_count",
 ]
+#: The output summary's fields, in the order of a history row (its grad norm last).
+SUMMARY_FIELDS: tuple[str, ...] = get_args(HistoryField)[1:]
+GRAD_NORM = len(SUMMARY_FIELDS)
 COLUMNS: dict[str, int] = {name: i for i, name in enumerate(SUMMARY_FIELDS)} | {
     "grad_norm": GRAD_NORM
 }
