@@ -254,6 +254,35 @@ TOUR: list[_Cell] = [
         "print([f.name for f in comparison.most_drifted(k=3)], comparison.scenes_only_in_a)\n"
         "StoreCompareWidget(demo.store, demo.shifted_store, max_samples=None)",
     ),
+    (
+        "md",
+        "## 13. A run from a script: open its log, replay the failing step\n\n"
+        "Real training runs in a script, on another machine, for days. `vinlens.demo.training` "
+        "is such a script: the network of part 11 under a `TrainingMonitor` with "
+        "`log_dir=...` (a path or an `s3://` URL). It stops at step 120 with the "
+        "`NonFiniteGradientError`, and its run log holds every step's loss and gradient norm, "
+        "every sampled step's per-module row, the event, and a replay bundle: the weights as "
+        "the step started, the model's inputs and the gradient at its output. Any process "
+        "opens the log (while it grows, too) and re-executes exactly that step in a model it "
+        "builds itself; from a shell, `vinlens run show LOG_DIR` and `vinlens run replay "
+        "LOG_DIR --step 120 --model vinlens.demo.training.build_model`. See `docs/health.md`.",
+    ),
+    (
+        "code",
+        "import subprocess\nimport sys\nimport tempfile\n\n"
+        "from vinlens.demo.training import build_model\n"
+        "from vinlens.health import open_run\n\n"
+        "log_dir = tempfile.mkdtemp(prefix='vinlens-run-') + '/exp42'\n"
+        "script = subprocess.run([sys.executable, '-m', 'vinlens.demo.training', log_dir],\n"
+        "                        capture_output=True, text=True)\n"
+        "print('script exit status', script.returncode, '|', script.stderr.strip().splitlines()[-1])\n"
+        "run = open_run(log_dir)\n"
+        "series = run.step_series()\n"
+        "print(len(series.steps), 'steps logged,', len(run.sampled_steps()), 'sampled;',\n      [(e.step, e.rank, e.origin.module_path) for e in run.events])\n"
+        "replay = run.load_replay(120, model=build_model())\n"
+        "recomputed = replay.run()\n"
+        "print('recorded', replay.origin.module_path, '| recomputed', recomputed.module_path)\n",
+    ),
 ]
 
 MODEL_INSPECTION: list[_Cell] = [

@@ -443,9 +443,7 @@ class TrainingMonitor:
             with self._lock:
                 self._events.append(event)
         if self._log is not None:
-            self._log.nonfinite(
-                step, self.rank, origin, capture, open_step.rng, self.replay_max_bytes
-            )
+            self._log.nonfinite(event, capture, open_step.rng, self.replay_max_bytes)
         self._notify()
         if self.on_nonfinite == "raise":
             raise NonFiniteGradientError(event)

@@ -8,6 +8,7 @@ are fetched once, whole, and held.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import struct
@@ -208,9 +209,7 @@ class TrainingRun:
             fields = decode_json(data[offset:end])
             if fields.get("replay"):
                 state.bundles[int(fields["step"])] = f"{state.path}/{fields['replay']}"
-            state.events.append(
-                NonFiniteEvent(int(fields["step"]), fields.get("origin"), rank=int(fields["rank"]))
-            )
+            state.events.append(_event(fields))
 
     def _field(self, state: _Rank, column: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """Field ``column`` of every sampled step, ``(steps, modules)``, checksums verified.
@@ -354,8 +353,29 @@ class TrainingRun:
             path = self._fs.unstrip_protocol(path)
         return load_replay(path, model, storage_options=self.storage_options or None)
 
+    def export_tensorboard(self, logdir: str | os.PathLike[str]) -> tuple[str, ...]:
+        """Write the every-step series, the per-module gradient norms (scalars) and the
+        events (text) as TensorBoard event files, one run per rank (``logdir/rank0``, ...);
+        returns the directories written. Needs the ``vinlens[tensorboard]`` extra; see
+        :mod:`vinlens.health.runlog.tensorboard`."""
+        from vinlens.health.runlog.tensorboard import export_tensorboard
+
+        return export_tensorboard(self, logdir)
+
     def __repr__(self) -> str:
         return f"TrainingRun({self.log_dir!r}, ranks={list(self.ranks)})"
+
+
+_EVENT_FIELDS = {f.name for f in dataclasses.fields(NonFiniteEvent)}
+
+
+def _event(record: dict[str, Any]) -> NonFiniteEvent:
+    """The logged event; fields a newer writer added are ignored, fields an older one did
+    not write keep their defaults."""
+    known: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in _EVENT_FIELDS
+    }
+    return NonFiniteEvent(**known)
 
 
 def _summary(names: list[str], values: np.ndarray[Any, Any]) -> TensorSummary:

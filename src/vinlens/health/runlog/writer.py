@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -203,13 +203,13 @@ class RunLogWriter:
 
         return ReplayCapture(model, start_buffers)
 
-    def nonfinite(
-        self, step: int, rank: int, origin: object, capture: Any, rng: Any, max_bytes: int
-    ) -> None:
-        """Record a non-finite step: its replay bundle (the first
-        :data:`MAX_REPLAY_BUNDLES` of the run), then the event, both at once."""
+    def nonfinite(self, event: Any, capture: Any, rng: Any, max_bytes: int) -> None:
+        """Record a non-finite step's :class:`~vinlens.health.NonFiniteEvent` (every field):
+        its replay bundle (the first :data:`MAX_REPLAY_BUNDLES` of the run), then the
+        event, both at once."""
         from vinlens.health.runlog.replay import bundle_name
 
+        step, rank, origin = event.step, event.rank, event.origin
         name = None
         if self._bundles < MAX_REPLAY_BUNDLES and self.error is None:
             data = capture.bundle(step, rank, origin, rng, max_bytes)
@@ -222,8 +222,8 @@ class RunLogWriter:
                     self.error = error
                     self._raised = True
                     raise
-        note = capture.inputs_error
-        self.event({"step": step, "rank": rank, "origin": origin, "replay": name, "note": note})
+        record = {f.name: getattr(event, f.name) for f in fields(event)}
+        self.event(record | {"replay": name, "note": capture.inputs_error})
 
     def bundle(self, name: str, data: bytes) -> str:
         """Write one replay bundle whole (a local temporary file renamed into place, or one
