@@ -18,7 +18,7 @@ from torch import nn
 from vinlens.model_inspection import ROOT_PATH, TensorSummary
 from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
-from vinlens.model_inspection.walk import walk_tensors
+from vinlens.model_inspection.walk import _arg_path, walk_tensors
 from vinlens.wrappers import named_modules, unwrap_model
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "floating_tensors",
     "input_tensors",
     "labelled_modules",
+    "output_tensors",
     "reducible",
     "summarizable",
     "tensor_traces",
@@ -183,6 +184,18 @@ def tensor_traces(cache: SummaryCache, tensors: Found) -> tuple[TensorTrace, ...
     )
 
 
+def output_tensors(
+    output: object, *, complex_too: bool = False, truncated: Callable[[], None] | None = None
+) -> Found:
+    """``list(floating_tensors(output, "output", ...))``, without the generator for the
+    common output, one tensor (a hook per module call pays for every step)."""
+    if isinstance(output, torch.Tensor):
+        if summarizable(output) or (complex_too and _dense_complex(output)):
+            return [("output", output)]
+        return []
+    return list(floating_tensors(output, "output", complex_too=complex_too, truncated=truncated))
+
+
 def input_tensors(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -192,6 +205,17 @@ def input_tensors(
 ) -> Found:
     """The floating tensors of a call's positional and keyword inputs (see
     :func:`floating_tensors` for the keywords)."""
+    if not kwargs and len(args) < MAX_WALK_NODES:
+        # The common call, tensors passed positionally: the pairs the walk below finds
+        # (the args tuple and each tensor are one node each, all within the quota).
+        found: Found = []
+        for position, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                break
+            if summarizable(arg) or (complex_too and _dense_complex(arg)):
+                found.append((_arg_path(position), arg))
+        else:
+            return found
     found = list(floating_tensors(args, "args", complex_too=complex_too, truncated=truncated))
     if kwargs:
         found.extend(
