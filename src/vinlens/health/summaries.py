@@ -18,7 +18,7 @@ from torch import nn
 from vinlens.model_inspection import ROOT_PATH, TensorSummary
 from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
-from vinlens.model_inspection.walk import _arg_path, walk_tensors
+from vinlens.model_inspection.walk import walk_tensors
 from vinlens.wrappers import named_modules, unwrap_model
 
 __all__ = [
@@ -41,6 +41,9 @@ __all__ = [
 MAX_WALK_NODES = 4096
 #: Container edges followed from an input or output root.
 MAX_WALK_DEPTH = 32
+
+# The walk's paths of the first positional arguments, made once.
+_ARG_PATHS = tuple(f"args[{position}]" for position in range(16))
 
 #: (container path, tensor) pairs found in one module input or output.
 Found = list[tuple[str, torch.Tensor]]
@@ -213,7 +216,8 @@ def input_tensors(
             if not isinstance(arg, torch.Tensor):
                 break
             if summarizable(arg) or (complex_too and _dense_complex(arg)):
-                found.append((_arg_path(position), arg))
+                path = _ARG_PATHS[position] if position < 16 else f"args[{position}]"
+                found.append((path, arg))
         else:
             return found
     found = list(floating_tensors(args, "args", complex_too=complex_too, truncated=truncated))
