@@ -172,6 +172,8 @@ def test_record_mode_keeps_training_with_accumulated_batches(
     assert monitor.step == 4  # one monitor step per optimizer step
     (event,) = monitor.events
     assert event.step == PLANTED and event.replayed and event.origin is not None
+    # The replay runs both batches, forward and backward each: the second one's call.
+    assert (event.origin.module_path, event.origin.call_index) == ("mid", 1)
     assert module.steps_run == 8 + 2  # the two batches of step 3 ran again
     assert monitor.history.steps == (0, 1, 2, 3)
     assert leftover_hooks(module.modules()) == []
