@@ -27,13 +27,14 @@ function history(events: NonFiniteEvent[] = [EVENT]) {
   return {
     paths: PATHS, steps: arr("int32", [s], Int32Array.from(STEPS)),
     grad_norm: arr("float32", [m, s], grad), std: arr("float32", [m, s], std),
-    events, steps_run: 201, every: 100, on_nonfinite: "record",
+    steps_run: 201, every: 100, on_nonfinite: "record", events_total: events.length, events_kept: events.length,
   };
 }
 
 function setup(events: NonFiniteEvent[] = [EVENT]) {
   const model = new FakeModel<any>({
     history: history(events),
+    events,
     precision: { dtype: "torch.float16", headroom: arr("float64", [4], Float64Array.from([Infinity, 9.5, 0.4, -2])), first_overflow_path: "2" },
     selected_event: -1, status: "idle", error: "", error_traceback: "",
   });
@@ -108,8 +109,19 @@ describe("training monitor view", () => {
     expect(row(el, "1").classList.contains("vl-tm-origin")).toBe(true);
     model.kernelSet("history", { ...history([EVENT, second]), steps_run: 301 });
     expect(el.querySelector(".vl-tm-counters")!.textContent).toContain("step 301");
+    // A new event arrives alone at once; the traitlet follows with the same list.
+    const third: NonFiniteEvent = { step: 190, origin: null };
+    model.receive({ kind: "events", start: 2, events: [third] });
+    expect(el.querySelectorAll(".vl-tm-mark").length).toBe(3);
+    model.receive({ kind: "events", start: 9, events: [third] }); // a gap: ignored
+    expect(el.querySelectorAll(".vl-tm-mark").length).toBe(3);
+    model.kernelSet("events", [EVENT, second]); // an older list does not undo the message
+    expect(el.querySelectorAll(".vl-tm-mark").length).toBe(3);
+    model.kernelSet("history", { ...history([EVENT, second, third]), events_total: 250 });
+    expect(el.querySelector(".vl-tm-counters")!.textContent).toContain("250 non-finite steps");
     cleanup();
     expect(model.listenerCount("change:history")).toBe(0);
+    expect(model.listenerCount("msg:custom")).toBe(0);
   });
 
   it("says when nothing went wrong yet", () => {

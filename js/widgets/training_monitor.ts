@@ -28,15 +28,17 @@ export interface GradientOrigin {
   /** GradientOrigin.entered_nonfinite: the gradient was already NaN/Inf entering the model. */
   entered_nonfinite: boolean;
 }
-export interface NonFiniteEvent { step: number; origin: GradientOrigin | null }
+export interface NonFiniteEvent { step: number; origin: GradientOrigin | null; rank?: number; replay?: boolean }
 
 export interface MonitorPayload {
   paths?: string[];
   steps?: any;
   grad_norm?: any;
   std?: any;
-  events?: NonFiniteEvent[];
   steps_run?: number;
+  /** Non-finite steps so far (past the kept events too), and the kept ones. */
+  events_total?: number;
+  events_kept?: number;
   every?: number;
   on_nonfinite?: string;
 }
@@ -44,6 +46,8 @@ export interface PrecisionPayload { dtype?: string; headroom?: any; first_overfl
 
 export interface TrainingMonitorModel {
   history: MonitorPayload;
+  /** The first EVENTS_KEPT events; a new one also arrives alone as an "events" message. */
+  events: NonFiniteEvent[];
   precision: PrecisionPayload;
   selected_event: number;
   status: string;
@@ -128,6 +132,11 @@ export function originText(event: NonFiniteEvent): string {
   const params = o.parameter_paths.length ? `; parameters ${o.parameter_paths.join(", ")}` : "";
   return `Step ${event.step}: gradient first non-finite in ${o.module_path} (call ${o.call_index}): `
     + `incoming ${nonFiniteText(o.grad_outputs)}, to its inputs ${nonFiniteText(o.grad_inputs)}${params}.`;
+}
+
+/** The kept events: the traitlet's, or those already received alone when they go further. */
+export function mergeEvents(synced: NonFiniteEvent[], received: NonFiniteEvent[]): NonFiniteEvent[] {
+  return received.length > synced.length && synced.every((e, i) => e.step === received[i].step && e.rank === received[i].rank) ? received : synced;
 }
 
 function headroomText(bits: number): string {
@@ -279,9 +288,10 @@ function render({ model, el }: { model: AnyModel<TrainingMonitorModel>; el: HTML
     gradValues = grad?.data ?? [];
     stdValues = std?.data ?? [];
     maps = grad && std ? { grad: new LogHeatmap(paths.length, steps.length, gradValues), std: new LogHeatmap(paths.length, steps.length, stdValues) } : null;
-    events = payload.events ?? [];
+    events = mergeEvents(model.get("events") ?? [], events);
+    const total = Math.max(payload.events_total ?? 0, events.length);
     const parts = [`step ${formatNumber(payload.steps_run ?? 0)}`, `sampled every ${payload.every ?? "?"}`, `${steps.length} samples shown`];
-    parts.push(events.length ? `${events.length} non-finite step${events.length > 1 ? "s" : ""}` : "no non-finite step");
+    parts.push(total ? `${total} non-finite step${total > 1 ? "s" : ""}` : "no non-finite step");
     setText(counters, parts.join(" · "));
     replaceChildren(legends, legend("grad norm", maps?.grad), legend("std", maps?.std));
     syncPrecision(false);
@@ -306,16 +316,36 @@ function render({ model, el }: { model: AnyModel<TrainingMonitorModel>; el: HTML
     table.refresh();
   }
 
+  // The kernel sends each new event alone at once; the `events` traitlet follows later.
+  function onMessage(msg: any): void {
+    if (msg?.kind !== "events" || !Array.isArray(msg.events) || typeof msg.start !== "number") return;
+    if (msg.start > events.length) return; // a gap: the traitlet brings the whole list
+    events = [...events.slice(0, msg.start), ...msg.events];
+    showOrigin();
+    drawAxis();
+    table.refresh();
+  }
+  function onEvents(): void {
+    events = mergeEvents(model.get("events") ?? [], events);
+    showOrigin();
+    drawAxis();
+    table.refresh();
+  }
+
   eventSelect.addEventListener("change", () => { model.set("selected_event", Number(eventSelect.value)); model.save_changes(); });
   gotoButton.addEventListener("click", () => { if (originRow >= 0) table.setCursor(originRow, true); });
   const onPrecision = () => syncPrecision();
   model.on("change:history", sync);
+  model.on("change:events", onEvents);
+  model.on("msg:custom", onMessage);
   model.on("change:precision", onPrecision);
   model.on("change:selected_event", onSelect);
   sync();
   return () => {
     stopScheme();
     model.off("change:history", sync);
+    model.off("change:events", onEvents);
+    model.off("msg:custom", onMessage);
     model.off("change:precision", onPrecision);
     model.off("change:selected_event", onSelect);
     table.destroy();

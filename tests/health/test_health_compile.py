@@ -10,7 +10,7 @@ import torch._dynamo
 from torch import nn
 from torch._dynamo.utils import counters
 
-from vinlens.health import TrainingMonitor, find_nonfinite_origin
+from vinlens.health import TrainingMonitor, compare_models, find_nonfinite_origin
 from vinlens.hooks import leftover_hooks
 
 
@@ -97,3 +97,35 @@ def test_forward_origin_on_torch_compile_names_the_original_module() -> None:
     origin = find_nonfinite_origin(compiled, lambda: compiled(x))
     assert origin is not None and origin.module_path == "mid"
     assert leftover_hooks(model.modules()) == []
+
+
+@pytest.mark.parametrize("style", ["wrap", "inplace"])
+def test_compare_models_on_compiled_checkpoints_pairs_the_eager_paths(style: str) -> None:
+    torch.manual_seed(0)
+    model_a = Net()
+    model_b = Net()
+    model_b.load_state_dict(model_a.state_dict())
+    with torch.no_grad():
+        model_b.mid.lin.weight.add_(0.5)
+    x = torch.randn(4, 8)
+    eager = compare_models(model_a, model_b, lambda m: m(x))
+    if style == "wrap":
+        called_a: nn.Module = torch.compile(model_a, backend="aot_eager")
+        called_b: nn.Module = torch.compile(model_b, backend="aot_eager")
+    else:
+        model_a.compile(backend="aot_eager")
+        model_b.compile(backend="aot_eager")
+        called_a, called_b = model_a, model_b
+    called_a(x), called_b(x)  # compiled before the diff: its hooks must still fire
+    graphs = counters["stats"]["unique_graphs"]
+    diff = compare_models(called_a, called_b, lambda m: m(x))
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing recompiled
+    assert [(d.module_path, d.call_index) for d in diff.modules] == [
+        (d.module_path, d.call_index) for d in eager.modules
+    ]
+    assert [d.module_path for d in diff.modules] == ["enc", "mid.lin", "mid", "head", "<root>"]
+    assert diff.first_divergent_path() == eager.first_divergent_path() == "mid.lin"
+    for got, want in zip(diff.modules, eager.modules, strict=True):
+        assert got.relative_l2 == pytest.approx(want.relative_l2, rel=1e-6, abs=1e-12)
+    assert diff.unpaired_paths == ()
+    assert leftover_hooks([*model_a.modules(), *model_b.modules()]) == []

@@ -21,6 +21,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
+from vinlens.wrappers import run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
 
@@ -208,6 +209,11 @@ def compare_models(
     same order (two checkpoints of one architecture, or a model before and after
     an edit), otherwise a ``ValueError`` names where they went out of step.
 
+    Compiled models (``torch.compile(model)``, ``model.compile()``) and
+    ``DistributedDataParallel`` models are compared by their original paths (no
+    ``_orig_mod.`` or ``module.`` prefix), and both forwards run eagerly under
+    ``torch.compiler.set_stance("force_eager")`` (see :mod:`vinlens.wrappers`).
+
     Memory budget: the two forwards run in lockstep rather than one after the
     other. Model A's forward runs in the calling thread and model B's in a
     worker thread; at each paired module return the first model waits until the
@@ -311,7 +317,9 @@ def compare_models(
     targets_a = [(path, paths_a[path]) for path in paired]
     targets_b = [(path, paths_b[path]) for path in paired]
     worker = threading.Thread(target=run_b, name="vinlens-compare-model-b", daemon=True)
-    with HookSet() as hooks:
+    # Compiled forwards run eagerly (the stance is process-wide, so model B's thread too):
+    # compiled code would not call the hooks, and dynamo must not trace them.
+    with run_eagerly(), HookSet() as hooks:
         hooks.hook_modules(targets_a, post=hook_for("a"), use_global=False)
         hooks.hook_modules(targets_b, post=hook_for("b"), use_global=False)
         try:

@@ -62,7 +62,7 @@ from vinlens.health._monitor_steps import (
     replay_step,
     rng_states,
 )
-from vinlens.health.distributed import RankSync, unwrap_ddp
+from vinlens.health.distributed import RankSync
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
@@ -180,7 +180,8 @@ class TrainingMonitor:
         if on_nonfinite not in ("raise", "record"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'record', got {on_nonfinite!r}")
         self.model = model
-        self._module = unwrap_ddp(model)  # a DDP model's paths are its wrapped module's
+        # Paths are the wrapped module's, behind DDP and torch.compile (vinlens.wrappers).
+        self._module = model
         self.every = every
         self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
         self._targets = labelled_modules(self._module, module_paths)

@@ -346,6 +346,14 @@ class TrainingRun:
         """The steps of the rank that have a replay bundle."""
         return tuple(sorted(self._rank(rank).bundles))
 
+    def record_counts(self, rank: int = 0) -> tuple[int, int, int]:
+        """``(steps, sampled steps, events)`` of ``rank`` read so far, without building an
+        array: a cheap check of whether a :meth:`refresh` brought anything new."""
+        state = self._rank(rank)
+        with self._lock:
+            steps = sum(len(part) for part in state.steps)
+            return steps, len(state.sample_steps), len(state.events)
+
     def load_replay(self, step: int, *, model: nn.Module, rank: int = 0) -> Replay:
         """Load the replay bundle of ``step`` (of ``rank``) into ``model``.
 
