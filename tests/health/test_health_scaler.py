@@ -269,3 +269,32 @@ def test_headroom_is_nan_without_a_low_precision_dtype() -> None:
 
     monitor.run_step(step)
     assert all(math.isnan(m.headroom_bits[0]) for m in monitor.history.modules.values())
+
+
+def test_optimizers_match_each_gradient_to_its_unscale() -> None:
+    plain_model = scaled_model()
+    model = copy.deepcopy(plain_model)
+    plain = TrainingMonitor(plain_model, every=1)
+    plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.0)
+    train(plain, step_fn(plain_model, plain_opt, None, torch.bfloat16), plain_opt, None, 1)
+    body = torch.optim.SGD([*model.enc.parameters(), *model.mid.parameters()], lr=0.0)
+    head = torch.optim.SGD(model.head.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    monitor = TrainingMonitor(model, every=1, scaler=scaler, optimizers=[body, head])
+    x, y = batch()
+
+    def step() -> None:
+        body.zero_grad()
+        head.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = (model(x).float() - y).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(body)  # the head's gradients stay scaled
+
+    monitor.run_step(step)
+    want = plain.history_matrix("grad_norm").values
+    got = monitor.history_matrix("grad_norm").values
+    finite = ~torch.isnan(torch.from_numpy(want)).numpy()
+    assert got[finite] == pytest.approx(want[finite], rel=1e-6)
+    with pytest.raises(TypeError, match=r"optimizers must be a torch\.optim\.Optimizer"):
+        TrainingMonitor(model, scaler=scaler, optimizers=[body, "head"])  # type: ignore[list-item]

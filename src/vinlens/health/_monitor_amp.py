@@ -61,7 +61,6 @@ class ScalerWatch:
     def __init__(
         self,
         scaler: object,
-        parameters: Sequence[nn.Parameter],
         optimizers: object,
         min_scale: object,
         max_skipped_streak: object,
@@ -93,14 +92,7 @@ class ScalerWatch:
         self.scaler = scaler
         self.min_scale = float(min_scale)
         self.max_skipped_streak = max_skipped_streak
-        # Per parameter, the id of the optimizer stepping it (None: not known).
-        owners: dict[int, int] = {}
-        for optimizer in _optimizers(optimizers):
-            for group in optimizer.param_groups:
-                for parameter in group["params"]:
-                    owners[id(parameter)] = id(optimizer)
-        self._owners: list[int | None] = [owners.get(id(p)) for p in parameters]
-        self._known = bool(owners)
+        self._optimizers = _optimizers(optimizers)
         self._skipped: list[int] = []
         self._streak = 0
         self._limit_reported = False
@@ -139,7 +131,7 @@ class ScalerWatch:
             self._runs.append([step, step, scale])
         return scale
 
-    def divisors(self, count: int) -> float | list[float]:
+    def divisors(self, parameters: Sequence[nn.Parameter]) -> float | list[float]:
         """What each gradient is divided by to unscale it: one number for all, or one per
         parameter (the optimizers passed and only some unscaled with ``scaler.unscale_``)."""
         scale = self.scale
@@ -151,11 +143,16 @@ class ScalerWatch:
         }
         if not unscaled:
             return scale
-        if not self._known:  # one optimizer, the common case: unscale_ unscaled it all
+        if not self._optimizers:  # one optimizer, the common case: unscale_ unscaled it all
             return 1.0
-        per = [1.0 if owner in unscaled else scale for owner in self._owners]
-        if len(per) != count:  # pragma: no cover - the monitor passes its own parameters
-            raise AssertionError("a gradient per parameter")
+        done = {  # the parameters of the optimizers unscaled this step
+            id(p)
+            for optimizer in self._optimizers
+            if id(optimizer) in unscaled
+            for group in optimizer.param_groups
+            for p in group["params"]
+        }
+        per = [1.0 if id(p) in done else scale for p in parameters]
         if all(d == per[0] for d in per):
             return per[0] if per else scale
         return per

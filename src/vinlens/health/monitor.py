@@ -58,20 +58,21 @@ from vinlens.health._monitor_steps import (
     OpenStep,
     all_finite,
     finite_norm,
+    owner_rows,
     parameter_norms,
     replay_step,
     rng_states,
+    same_parameters,
 )
 from vinlens.health.distributed import RankSync
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
-from vinlens.model_inspection import ROOT_PATH, SummaryAccumulator
+from vinlens.model_inspection import SummaryAccumulator
 from vinlens.wrappers import (
     compiled_paths,
     has_compile_wrappers,
     hold_eager,
-    named_parameters,
     unwrap_model,
 )
 
@@ -186,14 +187,11 @@ class TrainingMonitor:
         self.on_nonfinite: Literal["raise", "record"] = on_nonfinite
         self._targets = labelled_modules(self._module, module_paths)
         self.module_paths: tuple[str, ...] = tuple(path for path, _ in self._targets)
-        # Every parameter, frozen ones included: a step checks the gradients that exist,
-        # so a parameter that gains requires_grad after construction is checked too.
+        self._rows = frozenset(self.module_paths)
+        # Every parameter, frozen ones included, re-read at each step (see _watched): a
+        # parameter unfrozen, replaced or added after construction is checked too.
         self._parameters = list(self._module.parameters())
-        # Row of each parameter's owner among the watched paths (-1: not watched).
-        rows = {path: row for row, path in enumerate(self.module_paths)}
-        self._owner_rows: list[int] = []
-        for name, _ in named_parameters(self._module):
-            self._owner_rows.append(rows.get(name.rpartition(".")[0] or ROOT_PATH, -1))
+        self._owner_rows = owner_rows(self._module, self.module_paths)
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the step in progress
         self._open: OpenStep | None = None  # the step begin_step began
@@ -213,7 +211,7 @@ class TrainingMonitor:
         self._amp = (
             None
             if scaler is None
-            else ScalerWatch(scaler, self._parameters, optimizers, min_scale, max_skipped_streak)
+            else ScalerWatch(scaler, optimizers, min_scale, max_skipped_streak)
         )
         self._low = LowPrecision()  # the sampled step's low-precision dtype
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
@@ -332,6 +330,12 @@ class TrainingMonitor:
             outputs: ActivationAccumulator | None = None
             owner = threading.get_ident()
             if step % self.every == 0:
+                # The modules at the watched paths now (a layer replaced since is hooked).
+                self._targets = [
+                    (path, module)
+                    for path, module in labelled_modules(self._module, None)
+                    if path in self._rows
+                ]
                 outputs = ActivationAccumulator()
                 fold = outputs.update
                 self._low = low = LowPrecision()
@@ -452,7 +456,8 @@ class TrainingMonitor:
         amp = self._amp if self._amp is not None and self._amp.enabled else None
         if amp is not None:
             amp.read(step)  # the scale this step's gradients carry
-        grads = self._ranks.local([p.grad for p in self._parameters])
+        parameters = self._watched()
+        grads = self._ranks.local([p.grad for p in parameters])
         if open_step.outputs is not None:
             finite = self._record_sample(step, open_step.outputs, grads)
         else:
@@ -488,7 +493,7 @@ class TrainingMonitor:
         if replay is not None:
             replayed = replay if capture is None else capture.wrap(replay)
             with self._ranks.replaying(), amp.replaying() if amp else contextlib.nullcontext():
-                origin = replay_step(self._module, self._parameters, replayed, open_step.rng)
+                origin = replay_step(self._module, parameters, replayed, open_step.rng)
         made_on = self._ranks.made_on_ranks(origin is not None)
         eagerly = replay is not None and bool(compiled_paths(self._module))
         event = NonFiniteEvent(
@@ -518,6 +523,15 @@ class TrainingMonitor:
         if self.on_nonfinite == "raise" and (amp is None or reason is not None):
             raise NonFiniteGradientError(event, reason=reason)
         return event
+
+    def _watched(self) -> list[nn.Parameter]:
+        """The model's parameters at this step; the owner rows follow when they changed."""
+        current = list(self._module.parameters())
+        if not same_parameters(current, self._parameters):
+            self._ranks.watch(current)
+            self._parameters = current
+            self._owner_rows = owner_rows(self._module, self.module_paths)
+        return self._parameters
 
     # ------------------------------------------------------------------ run log
 
@@ -574,14 +588,14 @@ class TrainingMonitor:
         finite = all(math.isfinite(n) for n in local) or all_finite(grads)
         finite, norms = self._ranks.agree_norms(finite, local)
         if self._amp is not None and self._amp.enabled:  # the history's norms are unscaled
-            norms = unscaled_norms(norms, self._amp.divisors(len(norms)))
+            norms = unscaled_norms(norms, self._amp.divisors(self._parameters))
         return finite, norms
 
     def _checked_norm(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         """Every rank's verdict and the global gradient norm."""
         divisor = 1.0
         if self._amp is not None and self._amp.enabled:
-            divisors = self._amp.divisors(len(grads))
+            divisors = self._amp.divisors(self._parameters)
             if not isinstance(divisors, float):  # some optimizers unscaled, some not
                 return self._checked_per_parameter(grads)
             divisor = divisors
