@@ -257,6 +257,26 @@ def test_bad_monitor_arguments_fail_at_construction(adapter: types.ModuleType) -
         adapter.TrainingMonitorCallback(model=nn.Linear(1, 1))
 
 
+def test_without_lightning_it_uses_pytorch_lightning(
+    adapter: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytorch_lightning = pytest.importorskip("pytorch_lightning")
+    for name in ("lightning", "lightning.pytorch"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "vinlens.integrations.lightning")
+    fallback = importlib.import_module("vinlens.integrations.lightning")
+    assert issubclass(fallback.TrainingMonitorCallback, pytorch_lightning.Callback)
+    module = _module_class(pytorch_lightning)()
+    module.mid.poisoned = {PLANTED}
+    callback = fallback.TrainingMonitorCallback()
+    with pytest.raises(NonFiniteGradientError) as raised:
+        _fit(pytorch_lightning, module, [callback])
+    assert raised.value.event.step == PLANTED
+    assert raised.value.event.origin is not None
+    assert raised.value.event.origin.module_path == "mid"
+    assert _finite(module)
+
+
 def test_a_missing_lightning_names_the_extra(
     adapter: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
