@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
-from vinlens.store.format import VinOfflineStoreConfig
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.tarscan import list_tar_member_names
 from vinlens.store.writer import VinOfflineStoreWriter
 

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vinlens.store.format import BlockKind
+from vinlens.store.format import BlockKind, VinOfflineSample
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 NUM_CANDIDATES = 64

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats, kernels
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 NUM_CANDIDATES = 64

@@ -4,8 +4,11 @@ Every engine takes the object the caller trains (``torch.compile(model)``, a mod
 compiled in place with ``model.compile()``, a model holding compiled submodules) and
 reports the paths of the original modules, as the eager model names them:
 
-* :func:`unwrap_model` takes the wrappers off the root (``OptimizedModule._orig_mod``);
-  this is the one place to teach another wrapper (``DistributedDataParallel.module``);
+* :func:`unwrap_model` takes the wrappers off the root, in any order and nesting:
+  ``torch.compile``'s ``OptimizedModule._orig_mod`` and ``DistributedDataParallel.module``
+  (so ``DistributedDataParallel(torch.compile(model))`` and
+  ``torch.compile(DistributedDataParallel(model))`` both give ``model``); this is the one
+  place to teach another wrapper, and :func:`root_wrappers` lists what it took off;
 * :func:`named_modules` and :func:`named_parameters` are the original tree's
   ``named_modules()``/``named_parameters()`` with every ``OptimizedModule`` folded away: a
   wrapper is not listed, and the ``_orig_mod`` segment it adds to its children's paths
@@ -42,6 +45,7 @@ __all__ = [
     "hold_eager",
     "named_modules",
     "named_parameters",
+    "root_wrappers",
     "run_eagerly",
     "unwrap_model",
 ]
@@ -62,15 +66,51 @@ def _is_wrapper(module: object, wrapper: type | None) -> bool:
     return wrapper is not None and isinstance(module, wrapper)
 
 
+def _ddp_type() -> type | None:
+    """``DistributedDataParallel``, or None when ``torch.nn.parallel`` was never imported
+    (``torch.nn`` imports it, so in practice always found). Never imports it itself."""
+    parallel = sys.modules.get("torch.nn.parallel.distributed")
+    found = getattr(parallel, "DistributedDataParallel", None)
+    return found if isinstance(found, type) else None
+
+
+def _inner(model: nn.Module, compiled: type | None, ddp: type | None) -> nn.Module | None:
+    """The module one root wrapper holds, or None when ``model`` is no wrapper."""
+    if _is_wrapper(model, compiled):
+        inner = getattr(model, _WRAPPED)
+    elif _is_wrapper(model, ddp):
+        inner = model.module
+    else:
+        return None
+    return inner if isinstance(inner, nn.Module) else None
+
+
+def root_wrappers(model: nn.Module) -> list[nn.Module]:
+    """The wrappers :func:`unwrap_model` takes off ``model``, outermost first (``[]`` for
+    a bare model): ``torch.compile``'s ``OptimizedModule`` and ``DistributedDataParallel``.
+    """
+    compiled, ddp = _optimized_module_type(), _ddp_type()
+    found: list[nn.Module] = []
+    inner = _inner(model, compiled, ddp)
+    while inner is not None:
+        found.append(model)
+        model = inner
+        inner = _inner(model, compiled, ddp)
+    return found
+
+
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The module whose paths vinlens reports: ``model`` with its root wrappers taken off.
 
-    ``torch.compile(model)`` gives ``model``; a model compiled in place
-    (``model.compile()``) is its own original. Other objects are returned as they are.
+    ``torch.compile(model)``, ``DistributedDataParallel(model)`` and any nesting of the
+    two give ``model``; a model compiled in place (``model.compile()``) is its own
+    original. Other objects are returned as they are.
     """
-    wrapper = _optimized_module_type()
-    while _is_wrapper(model, wrapper):
-        model = getattr(model, _WRAPPED)
+    compiled, ddp = _optimized_module_type(), _ddp_type()
+    inner = _inner(model, compiled, ddp)
+    while inner is not None:
+        model = inner
+        inner = _inner(model, compiled, ddp)
     return model
 
 
@@ -158,8 +198,11 @@ def compiled_paths(model: nn.Module) -> tuple[str, ...]:
     if wrapper is None:
         return ()  # nothing can have been compiled without dynamo
     found: dict[str, None] = {}
-    if model is not unwrap_model(model):
-        found[_ROOT] = None
+    if any(
+        isinstance(outer, wrapper) or outer.__dict__.get("_compiled_call_impl") is not None
+        for outer in root_wrappers(model)
+    ):
+        found[_ROOT] = None  # torch.compile(DDP(model)), DDP(model).compile(), ...
     original = unwrap_model(model)
     pairs = list(original.named_modules())
     paths = _wrapper_paths(original, wrapper)

@@ -22,7 +22,7 @@ from vinlens.store import (
 )
 from vinlens.store.compare import FLOAT32_RELATIVE_RESOLUTION, PSI_EPSILON
 from vinlens.store.diagnostics import VinOfflineStoreReplacedError, dask_executor
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import VinOfflineSample
 from vinlens.store.synthetic import (
     SyntheticStoreSpec,
     make_synthetic_samples,

@@ -23,8 +23,7 @@ from vinlens.store.coverage import (
     snippet_pairs_from_member_names,
     webdataset_key,
 )
-from vinlens.store.format import StoreReplacedError, VinOfflineStoreConfig
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import StoreReplacedError, VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.synthetic import (
     SyntheticRawSpec,
     SyntheticStoreSpec,

@@ -18,8 +18,7 @@ from vinlens.store.diagnostics import (
     collect_vin_offline_dataset_stats,
     select_vin_offline_sample_indices,
 )
-from vinlens.store.format import VinOfflineStoreConfig
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.synthetic import (
     SyntheticStoreRecord,
     SyntheticStoreSpec,

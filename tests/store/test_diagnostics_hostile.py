@@ -23,9 +23,8 @@ from vinlens.store.diagnostics import (
     VinOfflineDatasetStats,
     collect_vin_offline_dataset_stats,
 )
+from vinlens.store.format import RecordDecodeError, VinOfflineSample, decode_record, decode_records
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.records import RecordDecodeError, decode_record, decode_records
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreRecord
 from vinlens.store.writer import VinOfflineStoreWriter
 

@@ -11,8 +11,7 @@ from malformed_stores import MALFORMED_CASES, MalformedCase
 
 from vinlens.store.coverage import collect_vin_offline_dataset_coverage
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
-from vinlens.store.format import VinOfflineStoreConfig
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store.format import VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.synthetic import SyntheticStoreRecord, write_synthetic_dataset
 from vinlens.store.writer import VinOfflineStoreWriter
 

@@ -30,8 +30,8 @@ from vinlens.store.diagnostics.acquire import _plans, _tasks, build_stats_record
 from vinlens.store.diagnostics.kernels import Moments
 from vinlens.store.diagnostics.sampling import Reservoir
 from vinlens.store.diagnostics.scan import scan_shard
+from vinlens.store.format import VinOfflineSample
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 from vinlens.store.writer import VinOfflineStoreWriter
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vinlens.store.format import VinOfflineSample
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 pytestmark = pytest.mark.timeout(240)

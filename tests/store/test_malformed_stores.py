@@ -100,8 +100,7 @@ def test_missing_chunk_only_blocks_the_rows_it_holds(tmp_path: Path) -> None:
     """With several chunks per block, rows in intact chunks still read; others raise."""
     import numpy as np
 
-    from vinlens.store.format import MissingChunksError
-    from vinlens.store.sample import VinOfflineSample
+    from vinlens.store.format import MissingChunksError, VinOfflineSample
     from vinlens.store.writer import VinOfflineStoreWriter
 
     path = tmp_path / "s"

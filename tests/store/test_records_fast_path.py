@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import vinlens.store.records as records
+import vinlens.store.format._records as records
 from vinlens.store.format import NUMERIC_DTYPES
 
 DTYPES = sorted(NUMERIC_DTYPES)

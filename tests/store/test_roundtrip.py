@@ -14,10 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vinlens.store.dataset import VinOfflineDataset
-from vinlens.store.format import NUMERIC_DTYPES, BlockKind
+from vinlens.store.format import (
+    NUMERIC_DTYPES,
+    BlockKind,
+    RecordDecodeError,
+    VinOfflineSample,
+    decode_record,
+    encode_record,
+)
 from vinlens.store.reader import VinOfflineStoreReader, open_vin_offline_store
-from vinlens.store.records import RecordDecodeError, decode_record, encode_record
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import (
     SyntheticStoreSpec,
     make_synthetic_samples,
@@ -243,7 +248,7 @@ def test_writer_round_trip_on_random_shard_sizes(
 
 
 def test_batched_record_decoding_checks_every_record_boundary() -> None:
-    from vinlens.store.records import decode_records
+    from vinlens.store.format import decode_records
 
     records = [encode_record({"points": np.full((i + 1, 3), i, np.float32)}) for i in range(4)]
     data = b"".join(records)

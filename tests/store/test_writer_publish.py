@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vinlens.store.format import StoreExistsError, StoreNotFoundError
+from vinlens.store.format import StoreExistsError, StoreNotFoundError, VinOfflineSample
 from vinlens.store.reader import VinOfflineStoreReader, open_vin_offline_store
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreSpec, write_synthetic_store
 from vinlens.store.writer import VinOfflineStoreWriter
 
@@ -26,7 +25,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from vinlens.store.sample import VinOfflineSample
+    from vinlens.store.format import VinOfflineSample
     from vinlens.store.writer import VinOfflineStoreWriter
 
     path, replace, count = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
@@ -127,7 +126,7 @@ _CHILD_DIES_DELETING_OLD = textwrap.dedent(
     import os, shutil, sys
     import numpy as np
     import vinlens.store.writer as writer_module
-    from vinlens.store.sample import VinOfflineSample
+    from vinlens.store.format import VinOfflineSample
 
     real_exchange, real_rmtree, swapped = writer_module._exchange, shutil.rmtree, []
 

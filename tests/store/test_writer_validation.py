@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from vinlens.store import writer as writer_module
-from vinlens.store.format import InvalidSampleError, StoreVerificationError
+from vinlens.store.format import InvalidSampleError, StoreVerificationError, VinOfflineSample
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 C = 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from vinlens.health import TrainingMonitor, precision_headroom
+from vinlens.health import EVENTS_KEPT, TrainingMonitor, precision_headroom
 from vinlens.widgets import TrainingMonitorWidget
 from vinlens.widgets.training_monitor import monitor_payload
 
@@ -47,6 +48,19 @@ def array(node: dict, dtype: str = "float32") -> np.ndarray:  # type: ignore[typ
     return np.frombuffer(a["data"], dtype=a["dtype"]).reshape(a["shape"])
 
 
+def sent_messages(widget: TrainingMonitorWidget) -> list[dict]:  # type: ignore[type-arg]
+    """The custom messages the widget sends from now on (``{"kind": ...}`` contents)."""
+    messages: list[dict] = []  # type: ignore[type-arg]
+    send = widget.send
+
+    def record(content: dict, buffers: object = None) -> None:  # type: ignore[type-arg]
+        messages.append(content)
+        send(content, buffers=buffers)  # type: ignore[arg-type]
+
+    widget.send = record  # type: ignore[method-assign]
+    return messages
+
+
 def training() -> tuple[nn.Module, TrainingMonitor, torch.Tensor]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), FailsAt(5), nn.Linear(4, 1))
@@ -67,9 +81,15 @@ def test_the_payload_is_the_monitor_records() -> None:
     np.testing.assert_allclose(
         array(payload["std"]), monitor.history_matrix("std").values.astype(np.float32)
     )
-    assert [e["step"] for e in payload["events"]] == [5]
-    assert payload["events"][0]["origin"]["module_path"] == "2"
     assert payload["steps_run"] == 8 and payload["every"] == 2
+    assert payload["samples"] == 4 and payload["step_range"] == [0, 6]
+    assert (payload["events_kept"], payload["events_total"]) == (1, 1)
+    assert payload["last_nonfinite_step"] == 5
+    widget = TrainingMonitorWidget(monitor)
+    assert [e["step"] for e in widget.events] == [5]
+    assert widget.events[0]["origin"]["module_path"] == "2"
+    assert widget.events[0]["origin"]["entered_nonfinite"] is False
+    widget.close()
 
 
 def test_live_updates_are_throttled_and_events_sent_at_once() -> None:
@@ -79,18 +99,23 @@ def test_live_updates_are_throttled_and_events_sent_at_once() -> None:
     widget.observe(lambda change: sent.append(change["new"]["steps_run"]), names="history")
     for _ in range(5):
         monitor.run_step(lambda: (model.zero_grad(), model(x).sum().backward()))
+    messages = sent_messages(widget)
     assert sent == []  # sampled steps 0, 2, 4 within the interval: one timer pending
     monitor.run_step(lambda: (model.zero_grad(), model(x).sum().backward()))  # step 5: event
-    assert sent == [6]
-    assert widget.history["events"][0]["origin"]["module_path"] == "2"
+    assert sent == []  # the heatmaps wait for the interval; the event went out at once:
+    (message,) = [m for m in messages if m.get("kind") == "events"]
+    assert message["start"] == 0 and [e["step"] for e in message["events"]] == [5]
+    assert message["events"][0]["origin"]["module_path"] == "2"
     monitor.run_step(lambda: (model.zero_grad(), model(x).sum().backward()))  # step 6: sampled
-    assert sent == [6]
+    assert sent == []
     widget.refresh()
-    assert sent == [6, 7]
+    assert sent == [7]
+    assert [e["step"] for e in widget.events] == [5]
+    assert widget.history["events_total"] == 1
     widget.close()
     for _ in range(2):
         monitor.run_step(lambda: (model.zero_grad(), model(x).sum().backward()))
-    assert sent == [6, 7]  # no longer listening
+    assert sent == [7]  # no longer listening
 
 
 def test_a_pending_update_is_flushed_after_the_interval() -> None:
@@ -129,7 +154,81 @@ def test_bad_arguments() -> None:
         TrainingMonitorWidget(monitor, precision=3)
     with pytest.raises(TypeError):
         TrainingMonitorWidget(monitor, colour="red")
+    with pytest.raises(ValueError, match="TrainingRun"):
+        TrainingMonitorWidget(monitor, model=nn.Linear(2, 2))
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
+        TrainingMonitorWidget(monitor, model="net")
     widget = TrainingMonitorWidget(monitor)
-    assert widget.history["steps_run"] == 0 and widget.history["events"] == []
+    assert widget.history["steps_run"] == 0 and widget.events == []
     assert array(widget.history["grad_norm"]).shape == (1, 0)
     widget.close()
+
+
+def test_a_nan_flood_sends_each_kept_event_once_and_counts_the_rest() -> None:
+    # Issue 30.9: with the widget open, every new event re-sent every event on the training
+    # thread. Now a kept event goes out once, alone; past EVENTS_KEPT only counts change.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    with torch.no_grad():
+        model[0].weight.fill_(float("nan"))
+    monitor = TrainingMonitor(model, every=7, on_nonfinite="record")
+    widget = TrainingMonitorWidget(monitor, interval=3600.0)
+    training_thread = threading.current_thread()
+    on_training_thread: list[dict] = []  # type: ignore[type-arg]
+    send = widget.comm.send
+
+    def record(data: dict | None = None, *args: object, **kwargs: object) -> None:  # type: ignore[type-arg]
+        if threading.current_thread() is training_thread and data is not None:
+            on_training_thread.append(data)
+        send(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    widget.comm.send = record  # type: ignore[method-assign]
+    x = torch.randn(4, 3)
+    steps = EVENTS_KEPT + 40
+    for _ in range(steps):
+        monitor.run_step(lambda: (model.zero_grad(), model(x).sum().backward()))
+    customs = [m["content"] for m in on_training_thread if m.get("method") == "custom"]
+    assert [m["start"] for m in customs] == list(range(EVENTS_KEPT))
+    assert all(len(m["events"]) == 1 for m in customs)
+    assert [m["events"][0]["step"] for m in customs] == list(range(EVENTS_KEPT))
+    # No state (history, events) was sent from the training thread: the timer sends it.
+    assert [m for m in on_training_thread if m.get("method") != "custom"] == []
+    widget.refresh()
+    assert len(widget.events) == EVENTS_KEPT
+    assert widget.history["events_total"] == steps
+    assert widget.history["last_nonfinite_step"] == steps - 1
+    assert widget.history["events_kept"] == EVENTS_KEPT
+    widget.close()
+
+
+def test_the_heatmaps_are_thinned_to_the_bound_keeping_every_step_and_its_spikes() -> None:
+    from vinlens.health.monitor import HistoryMatrix
+    from vinlens.widgets.training_monitor_payload import (
+        MAX_HEATMAP_CELLS,
+        heatmap_columns,
+        heatmap_payload,
+    )
+
+    rng = np.random.default_rng(0)
+    modules, steps = 1000, 10_000
+    values = rng.uniform(1, 2, (modules, steps))
+    values[7, 4321] = 1e9  # a spike in the middle of a thinned column
+    values[8, 9999] = np.inf  # the last step
+    values[9, :] = np.nan  # a module without parameters of its own
+    values[10, 5000] = np.nan
+    grad = HistoryMatrix(
+        "grad_norm", tuple(range(0, 2 * steps, 2)), tuple(map(str, range(modules))), values
+    )
+    std = HistoryMatrix("std", grad.steps, grad.module_paths, np.ones_like(values))
+    payload = heatmap_payload([grad, std])
+    g = array(payload["grad_norm"])
+    columns = heatmap_columns(modules)
+    assert g.shape == (modules, columns) and g.size <= MAX_HEATMAP_CELLS
+    first_steps = array(payload["steps"]).astype(np.int64)
+    assert first_steps[0] == 0 and len(first_steps) == columns
+    assert payload["samples"] == steps and payload["step_range"] == [0, 2 * (steps - 1)]
+    # Not truncated: each sampled step is in the column that starts at or before it.
+    column = np.searchsorted(first_steps, 2 * 4321, side="right") - 1
+    assert g[7, column] == np.float32(1e9) and g[7].max() == np.float32(1e9)
+    assert np.isposinf(g[8, -1])
+    assert np.isnan(g[9]).all() and not np.isnan(g[10]).any()

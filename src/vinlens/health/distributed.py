@@ -41,7 +41,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "RankSync", "unwrap_ddp"]
+from vinlens.wrappers import root_wrappers
+
+__all__ = ["HANDSHAKE_TIMEOUT_S", "RankSync"]
 
 #: Seconds a rank waits at construction for the other ranks' monitors (``ranks="all"``).
 HANDSHAKE_TIMEOUT_S = 60.0
@@ -51,33 +53,11 @@ _KEY = "vinlens/training_monitor"
 _handshakes = 0  # collective monitors this process has agreed on (the store key's index)
 
 
-def _ddp_type() -> type[nn.Module]:
-    from torch.nn.parallel import DistributedDataParallel
-
-    return DistributedDataParallel
-
-
-def unwrap_ddp(model: nn.Module) -> nn.Module:
-    """The module a ``DistributedDataParallel`` wraps (``model`` itself otherwise)."""
-    ddp = _ddp_type()
-    while isinstance(model, ddp):
-        inner = model.module
-        assert isinstance(inner, nn.Module)
-        model = inner
-    return model
-
-
 def _ddps(model: nn.Module) -> list[nn.Module]:
     """The DDP wrappers around the model's root, also behind ``torch.compile``'s wrapper."""
-    ddp = _ddp_type()
-    found: list[nn.Module] = []
-    while True:
-        inner = getattr(model, "module" if isinstance(model, ddp) else "_orig_mod", None)
-        if not isinstance(inner, nn.Module):  # _orig_mod: an OptimizedModule (torch.compile)
-            return found
-        if isinstance(model, ddp):
-            found.append(model)
-        model = inner
+    from torch.nn.parallel import DistributedDataParallel
+
+    return [outer for outer in root_wrappers(model) if isinstance(outer, DistributedDataParallel)]
 
 
 def _dtensor_type() -> type | None:
@@ -133,8 +113,8 @@ class RankSync:
             )
         # 1 / (ranks holding each parameter's shard): its local squared norm's weight in
         # the all-reduced sum. A plain parameter is the same on every rank.
-        self._weights = [self._weight(p, dtensor) for p in parameters] if self.sharded else []
-        self.per_parameter = len(set(self._weights)) > 1
+        self._weights: list[float] = []
+        self.watch(parameters)
         self._device = torch.device("cpu")
         if self.collective:
             import torch.distributed as dist
@@ -142,6 +122,12 @@ class RankSync:
             if "nccl" in str(dist.get_backend()):
                 self._device = torch.device("cuda", torch.cuda.current_device())
             self._handshake(len(parameters))
+
+    def watch(self, parameters: Sequence[nn.Parameter]) -> None:
+        """The monitor's parameters (again when they changed): their shards' weights."""
+        dtensor = _dtensor_type()
+        self._weights = [self._weight(p, dtensor) for p in parameters] if self.sharded else []
+        self.per_parameter = len(set(self._weights)) > 1
 
     def _weight(self, parameter: nn.Parameter, dtensor: type | None) -> float:
         if dtensor is None or not isinstance(parameter, dtensor):

@@ -279,11 +279,16 @@ class SummaryCache(_TensorMemo):
 
     def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
         """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
-        cached = self.get(tensor)
-        if cached is not None:
-            return cached
+        inference = tensor.is_inference()
+        if not inference:  # get, inlined: this runs for every module output
+            entry = self._entries.get(id(tensor))
+            if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
+                cached = entry[2]
+                if isinstance(cached, SummaryAccumulator):
+                    return cached
         moments = SummaryAccumulator().update(tensor)
-        self._put(tensor, moments)
+        if not inference:
+            self._put(tensor, moments)
         return moments
 
     def summary(self, tensor: torch.Tensor) -> TensorSummary:
@@ -302,16 +307,19 @@ class FiniteCache(_TensorMemo):
 
     def finite(self, tensor: torch.Tensor) -> bool:
         """True when ``tensor`` holds no NaN or infinity (checked now unless cached)."""
-        cached = self._get(tensor)
-        if cached is not None:
-            return cached is True
+        inference = tensor.is_inference()
+        if not inference:  # _get, inlined: this runs for every input and output
+            entry = self._entries.get(id(tensor))
+            if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
+                return entry[2] is True
         source = _unexpanded(tensor.detach())[0]
         if source.numel() == 0 or math.isfinite(source.sum().item()):
             result = True
         else:
             low, high = source.amin().item(), source.amax().item()
             result = math.isfinite(low) and math.isfinite(high)
-        self._put(tensor, result)
+        if not inference:
+            self._put(tensor, result)
         return result
 
 
@@ -357,14 +365,15 @@ def _unexpanded(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
 def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bool:
     """Reductions on the whole strided view; False (nothing added) when a value is not finite.
 
-    On the CPU the moments accumulate in float64 block by block (:func:`_cpu_moments`),
-    so a NaN stops the read at its block and the zero count runs only for blocks whose
-    range holds 0; on a device all reductions are queued and read in one transfer.
+    On the CPU the extremes are read first (a NaN or an infinity stops there) and the
+    moments accumulate in float64 block by block (:func:`_cpu_moments`), the zero count
+    only when the range holds 0; on a device all reductions are queued and read in one
+    transfer.
     """
     if tensor.device.type == "cpu":
         moments = _cpu_moments(tensor)
-        # A NaN or an infinity makes a float64 block sum non-finite (finite float32 or
-        # float64 values cannot overflow it): the exact blockwise path takes over.
+        # A NaN or an infinity (or a float64 sum that overflows): the exact blockwise
+        # path takes over.
         if moments is None:
             return False
         total, squares, low, high, zeros = moments
@@ -442,58 +451,67 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
     """Sum, sum of squares, min, max and zero count of a CPU float32/float64 tensor, with
     float64 accumulation on every CPU and BLAS kernel; None when a value is not finite.
 
-    The tensor is read once, one bounded block at a time, into a float64 buffer allocated
-    once (float32 widens exactly; a contiguous float64 block is used in place); each block
-    is reduced there (sum, dot, aminmax, and a zero count only when 0 lies in its range)
-    and the block results are added as Python floats. Every float64 reduction, in whatever
-    order a kernel adds, errs by at most ``gamma_k * sum(|x|)`` (``gamma_k = k u / (1 - k
-    u)``, ``u = 2**-53``, ``k`` the block's elements; Higham, *Accuracy and Stability of
-    Numerical Algorithms*, 3.1), so the accuracy of the moments is a property of this
-    algorithm, not of one machine's float32 rounding (a float32 ``sdot``/``bmm`` chunk
-    sum erred 1e-7 relative on one CPU and 4e-7 on another).
+    The extremes come first, from one ``aminmax`` over the tensor as it is, in its own
+    dtype (exact: no rounding): it propagates NaN and an infinity is an extreme, so a
+    finite pair proves every value finite and a non-finite one hands the tensor to the
+    blockwise path before any float64 work. The sums then read the tensor once more, one
+    bounded block at a time, into a float64 buffer (float32 widens exactly; a contiguous
+    float64 block is used in place): ``sum`` and ``dot`` there, the block results added
+    as Python floats, and a zero count only when 0 lies in the range. Every float64
+    reduction, in whatever order a kernel adds, errs by at most ``gamma_k * sum(|x|)``
+    (``gamma_k = k u / (1 - k u)``, ``u = 2**-53``, ``k`` the block's elements; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 3.1), so the accuracy of the moments
+    is a property of this algorithm, not of one machine's float32 rounding (a float32
+    ``sdot``/``bmm`` chunk sum erred 1e-7 relative on one CPU and 4e-7 on another).
     """
+    extremes = torch.aminmax(tensor)
+    low, high = float(extremes[0]), float(extremes[1])
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    zeros_possible = low <= 0.0 <= high
     if tensor.numel() <= BLOCK_ELEMENTS:  # the common activation: one block, no loop
         if tensor.dtype == torch.float64 and tensor.is_contiguous():
-            return _block_moments(tensor.view(-1), owned=False)
-        # empty + copy_: Tensor.to(float64) is several times slower on the CPU.
-        wide = torch.empty(tensor.shape, dtype=torch.float64)
-        wide.copy_(tensor)
-        return _block_moments(wide.view(-1), owned=True)
+            found = _block_sums(tensor.view(-1), zeros_possible, owned=False)
+        else:
+            # empty + copy_: Tensor.to(float64) is several times slower on the CPU.
+            wide = torch.empty(tensor.shape, dtype=torch.float64)
+            wide.copy_(tensor)
+            found = _block_sums(wide.view(-1), zeros_possible, owned=True)
+        if found is None:
+            return None
+        return found[0], found[1], low, high, found[2]
     buffer: torch.Tensor | None = None
     total = squares = 0.0
-    low, high = math.inf, -math.inf
     zeros = 0
     for block in _blocks(tensor, BLOCK_ELEMENTS):
         if block.dtype == torch.float64 and block.is_contiguous():
-            found = _block_moments(block.reshape(-1), owned=False)
+            found = _block_sums(block.reshape(-1), zeros_possible, owned=False)
         else:
             if buffer is None:
                 buffer = torch.empty(BLOCK_ELEMENTS, dtype=torch.float64)
             wide = buffer[: block.numel()]
             wide.view(block.shape).copy_(block)
-            found = _block_moments(wide, owned=True)
+            found = _block_sums(wide, zeros_possible, owned=True)
         if found is None:
             return None
         total += found[0]
         squares += found[1]
-        low, high = min(low, found[2]), max(high, found[3])
-        zeros += found[4]
+        zeros += found[2]
     return total, squares, low, high, zeros
 
 
-def _block_moments(
-    wide: torch.Tensor, *, owned: bool
-) -> tuple[float, float, float, float, int] | None:
-    """Float64 sum, sum of squares, min, max and zeros of a 1-d float64 block; None when a
-    value is not finite. ``owned``: the block is our own copy, which may be overwritten."""
+def _block_sums(
+    wide: torch.Tensor, zeros_possible: bool, *, owned: bool
+) -> tuple[float, float, int] | None:
+    """Float64 sum, sum of squares and zeros of a 1-d float64 block of finite values;
+    None when a sum overflows. ``owned``: the block is our own copy, which may be
+    overwritten; ``zeros_possible``: 0 lies in the tensor's range."""
     total = float(wide.sum())
-    if not math.isfinite(total):
+    if not math.isfinite(total):  # finite float64 values near its maximum
         return None
-    block_low, block_high = torch.aminmax(wide)
-    low, high = float(block_low), float(block_high)
     squares = float(torch.dot(wide, wide))
     zeros = 0
-    if low <= 0.0 <= high:
+    if zeros_possible:
         if owned:
             # +0.0 is the all-zero bit pattern; |x| clears the sign bit of -0.0 (in place,
             # in our own copy).
@@ -501,7 +519,7 @@ def _block_moments(
             zeros = wide.numel() - int(torch.count_nonzero(magnitudes))
         else:
             zeros = _count_zeros(wide)
-    return total, squares, low, high, zeros
+    return total, squares, zeros
 
 
 # Same-size integer views: +0.0 is the all-zero bit pattern, so a count of non-zero

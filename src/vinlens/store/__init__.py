@@ -51,6 +51,7 @@ from vinlens.store.format import (
     StoreBlockSpec,
     StoreShardSpec,
     VinOfflineManifest,
+    VinOfflineSample,
     VinOfflineStoreConfig,
 )
 from vinlens.store.reader import (
@@ -61,7 +62,6 @@ from vinlens.store.reader import (
     capture_store_generation,
     open_vin_offline_store,
 )
-from vinlens.store.sample import VinOfflineSample
 
 __all__ = [
     "BlockKind",

@@ -30,10 +30,10 @@ from vinlens.store.format import (
     RRI_COMPONENT_PREFIX,
     SampleIndexRow,
     VinOfflineManifest,
+    VinOfflineSample,
     VinOfflineStoreConfig,
 )
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader, as_store_config
-from vinlens.store.sample import VinOfflineSample
 
 __all__ = [
     "VinOfflineDataset",

@@ -37,7 +37,9 @@ from vinlens.store.format import (
     SampleIndexRow,
     StoreShardSpec,
     VinOfflineManifest,
+    VinOfflineSample,
     VinOfflineStoreConfig,
+    check_manifest_blocks,
     parse_manifest,
     parse_sample_index,
     sample_index_byte_limit,
@@ -51,9 +53,7 @@ from vinlens.store.generation import (
     stat_root,
 )
 from vinlens.store.integrity import ChunkStatus, StoreIntegrityProblem
-from vinlens.store.manifest_rules import check_manifest_blocks
 from vinlens.store.reader_core import RecordBlock, ZarrBlock
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.validation import StoreChecks
 from vinlens.store.zarr_blocks import RowWindow
 

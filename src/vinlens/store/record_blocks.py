@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 
 from vinlens.store.errors import CorruptRecordError, MissingBlockError, RecordDecodeError
-from vinlens.store.format import BlockKind, record_paths
+from vinlens.store.format import BlockKind, decode_record, decode_records, record_paths
 from vinlens.store.reader_core import DEFAULT_BATCH_BYTES, ReaderCore, RecordBlock
-from vinlens.store.records import decode_record, decode_records
 
 __all__ = ["RecordBlockReads"]
 

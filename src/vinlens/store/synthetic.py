@@ -30,9 +30,8 @@ from typing import Literal
 
 import numpy as np
 
-from vinlens.store.format import VinOfflineStoreConfig
+from vinlens.store.format import VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader
-from vinlens.store.sample import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 __all__ = [

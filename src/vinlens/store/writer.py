@@ -64,13 +64,13 @@ from vinlens.store.format import (
     StoreBlockSpec,
     StoreShardSpec,
     VinOfflineManifest,
+    VinOfflineSample,
     arrays_dir,
     block_name_problem,
+    encode_record,
     record_paths,
     shard_dir,
 )
-from vinlens.store.records import encode_record
-from vinlens.store.sample import VinOfflineSample
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "VinOfflineStoreWriter", "chunk_shape_for"]
 

@@ -1,17 +1,28 @@
 """TrainingMonitorWidget: a training run's module x step heatmaps, its NaN events and their origin.
 
-The widget shows a :class:`~vinlens.health.TrainingMonitor` while the loop runs in the same
-kernel: display it before the loop, and each sampled or non-finite step updates it
-(``history`` is re-sent at most once per ``interval`` seconds; a new event is sent at once).
-What the browser gets comes from the engine records only:
+The widget shows either a :class:`~vinlens.health.TrainingMonitor` while the loop runs in
+the same kernel, or a :class:`~vinlens.health.TrainingRun` (``open_run``: a run log written
+by a script elsewhere, finished or still growing, local or on object storage). What the
+browser gets comes from the engine records only, thinned to a bound whatever the length of
+the run (see :mod:`vinlens.widgets.training_monitor_payload`):
 
-- ``TrainingMonitor.history_matrices``: per module, the gradient norm of its own
-  parameters and the std of its outputs at every sampled step in the ring (float32
-  arrays, drawn on a log colour scale);
-- ``TrainingMonitor.events``: each ``NonFiniteEvent`` with its ``GradientOrigin`` (marks on
-  the step axis; the selected one's origin is highlighted in the module table);
+- per module, the gradient norm of its own parameters and the std of its outputs at the
+  sampled steps (the monitor's ring; every sampled step of a run log), drawn on a log
+  colour scale;
+- for a run log, the every-step loss and global gradient norm (``TrainingRun.step_series``)
+  as curves above the heatmaps, one rank at a time (``rank``);
+- the non-finite events (every rank's, for a run log) with their ``GradientOrigin``: the
+  first :data:`~vinlens.health.EVENTS_KEPT` in full (later ones are counted);
 - an optional ``PrecisionReport`` (``precision_headroom``): each module's lowest headroom
   in bits, a column where modules under 1 bit stand out.
+
+Live updates. With a monitor, a new kept event goes out at once as a message holding that
+event only; the heatmaps, the counters and the ``events`` traitlet follow from a timer
+thread at most once per ``interval`` (the training thread only schedules it), so a flood
+of non-finite steps never re-sends the events already shown. With a run, the background
+command ``follow`` (started at construction, cancelled by ``close()``) reads what was
+appended every ``interval`` seconds (``TrainingRun.refresh``) and re-sends only when
+something was.
 """
 
 from __future__ import annotations
@@ -20,77 +31,82 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
 import traitlets
 
-from vinlens.widgets._base import BrowserSafeState, widget_asset
-from vinlens.widgets._payload import encode_array, to_jsonable
+from vinlens.health import EVENTS_KEPT
+from vinlens.widgets._base import (
+    BrowserSafeState,
+    CommandContext,
+    CommandError,
+    command,
+    widget_asset,
+)
+from vinlens.widgets.training_monitor_payload import (
+    event_payload,
+    monitor_payload,
+    origin_payload,
+    origins_agree,
+    precision_payload,
+    run_payload,
+)
 
-__all__ = ["TrainingMonitorWidget", "monitor_payload", "precision_payload"]
-
-#: Statistics drawn as heatmaps, in order.
-HEATMAP_FIELDS = ("grad_norm", "std")
-
-
-def _event_payload(event: Any) -> dict[str, Any]:
-    """A ``NonFiniteEvent`` as sent, with the origin's ``entered_nonfinite`` (a property,
-    which ``to_jsonable`` does not carry) so the browser reads the engine's answer."""
-    payload: dict[str, Any] = to_jsonable(event)
-    if event.origin is not None:
-        payload["origin"]["entered_nonfinite"] = bool(event.origin.entered_nonfinite)
-    return payload
-
-
-def monitor_payload(monitor: Any) -> dict[str, Any]:
-    """What the browser draws of ``monitor``: the heatmaps, the events, the counters."""
-    grad_norm, std = monitor.history_matrices(HEATMAP_FIELDS)
-    events = monitor.events
-    return {
-        "paths": list(grad_norm.module_paths),
-        "steps": encode_array(np.asarray(grad_norm.steps, dtype=np.int64)),
-        "grad_norm": encode_array(grad_norm.values.astype(np.float32)),
-        "std": encode_array(std.values.astype(np.float32)),
-        "events": [_event_payload(event) for event in events],
-        "steps_run": int(monitor.step),
-        "every": int(monitor.every),
-        "on_nonfinite": monitor.on_nonfinite,
-    }
+__all__ = ["TrainingMonitorWidget", "monitor_payload", "precision_payload", "run_payload"]
 
 
-def precision_payload(report: Any, paths: list[str]) -> dict[str, Any]:
-    """A ``PrecisionReport``'s lowest headroom per module, aligned to ``paths``."""
-    if report is None:
-        return {}
-    lowest = report.lowest_headroom()
-    values = np.array([lowest.get(path, np.nan) for path in paths], dtype=np.float64)
-    return {
-        "dtype": report.dtype,
-        "headroom": encode_array(values),
-        "first_overflow_path": report.first_overflow_path,
-    }
+#: Least time between two reads of a followed run log (an ``interval`` of 0 would spin).
+MIN_POLL_S = 0.05
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _int_arg(args: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = args.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CommandError(f"replay needs an integer {name!r}, got {value!r}")
+    return value
 
 
 class TrainingMonitorWidget(BrowserSafeState):
-    """A live view of a :class:`~vinlens.health.TrainingMonitor`.
+    """A view of a :class:`~vinlens.health.TrainingMonitor` or of a run log's
+    :class:`~vinlens.health.TrainingRun`.
 
     Args:
-        monitor: The monitor the training loop calls ``run_step`` on.
+        monitor: The monitor the training loop calls ``run_step`` on, or a ``TrainingRun``
+            (``vinlens.health.open_run(log_dir)``), followed while it grows.
         precision: A ``PrecisionReport`` (``precision_headroom``) to show as a column.
-        interval: Least time in seconds between two updates of the heatmaps while the loop
-            runs (events are sent at once).
+        interval: Least time in seconds between two updates of the heatmaps while a
+            monitor's loop runs (events are sent at once); for a run, the time between two
+            reads of what was appended.
+        model: For a run only: a model of the run's architecture. Each event with a replay
+            bundle then gets a "Replay" button, which loads the bundle into ``model`` (its
+            parameters and buffers are overwritten with the step's) and re-executes the
+            step (``TrainingRun.load_replay(step, model=, rank=).run()``); the recomputed
+            origin is shown beside the recorded one (``replays``).
 
-    ``selected_event`` (synced) is the index in ``monitor.events`` of the event whose
-    origin is shown; -1 shows the latest. Call :meth:`refresh` to send the current state
-    at once, :meth:`show_precision` to show another report, and ``close()`` to stop
-    listening to the monitor.
+    ``selected_event`` (synced) is the index in ``events`` of the event whose origin is
+    shown; -1 shows the latest. ``rank`` (synced) is the rank whose heatmaps and curves are
+    shown (a run's ranks are ``history["ranks"]``). Call :meth:`refresh` to send the current
+    state at once, :meth:`show_precision` to show another report, :meth:`replay` to replay
+    an event from Python, and ``close()`` to stop following.
+
+    Raises:
+        TypeError: ``monitor`` is neither, ``precision`` is not a ``PrecisionReport``, or
+            ``model`` is not a ``torch.nn.Module``.
+        ValueError: a negative ``interval``, or ``model`` given with a monitor.
     """
 
     _esm = widget_asset("training_monitor.js")
     _css = widget_asset("training_monitor.css")
 
     history = traitlets.Dict().tag(sync=True)
+    series = traitlets.Dict().tag(sync=True)
+    events: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     precision = traitlets.Dict().tag(sync=True)
     selected_event = traitlets.Int(-1).tag(sync=True)
+    rank = traitlets.Int(0).tag(sync=True)
+    replays = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -98,33 +114,62 @@ class TrainingMonitorWidget(BrowserSafeState):
         *,
         precision: Any = None,
         interval: float = 0.5,
+        model: Any = None,
         **kwargs: Any,
     ) -> None:
-        from vinlens.health import PrecisionReport, TrainingMonitor
+        from torch import nn
 
-        if not isinstance(monitor, TrainingMonitor):
+        from vinlens.health import PrecisionReport, TrainingMonitor, TrainingRun
+
+        if not isinstance(monitor, TrainingMonitor | TrainingRun):
             raise TypeError(
-                "monitor must be a vinlens.health.TrainingMonitor, got "
-                f"{type(monitor).__module__}.{type(monitor).__qualname__}"
+                "monitor must be a vinlens.health.TrainingMonitor or a TrainingRun "
+                f"(vinlens.health.open_run(log_dir)), got {_kind(monitor)}"
             )
         if precision is not None and not isinstance(precision, PrecisionReport):
             raise TypeError(
                 "precision must be a vinlens.health.PrecisionReport (precision_headroom), got "
-                f"{type(precision).__module__}.{type(precision).__qualname__}"
+                f"{_kind(precision)}"
             )
         if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
             raise ValueError(f"interval must be a non-negative number of seconds, got {interval!r}")
+        if model is not None:
+            if not isinstance(model, nn.Module):
+                raise TypeError(f"model must be a torch.nn.Module, got {_kind(model)}")
+            if not isinstance(monitor, TrainingRun):
+                raise ValueError(
+                    "model= replays the events of a run log: pass a TrainingRun "
+                    "(vinlens.health.open_run(log_dir)) instead of a TrainingMonitor"
+                )
         super().__init__(**kwargs)
-        self.monitor = monitor
+        self.source = monitor
+        self.monitor = monitor if isinstance(monitor, TrainingMonitor) else None
+        self.run = monitor if isinstance(monitor, TrainingRun) else None
+        self.model = model
         self.interval = float(interval)
         self._report = precision
-        self._push_lock = threading.Lock()
+        self._push_lock = threading.Lock()  # timer bookkeeping and event messages
+        self._send_lock = threading.Lock()  # one payload assembled and sent at a time
         self._timer: threading.Timer | None = None
+        self._stopped = False
         self._last_push = 0.0
+        self._event_payloads: list[dict[str, Any]] = []
         self._events_sent = 0
+        self._seen: tuple[Any, ...] = ()
+        self._wake = threading.Event()
+        self._follow = None
+        self._stop_listening = None
+        if self.run is not None:
+            self.rank = self.run.ranks[0]
+        elif self.monitor is not None:
+            self.rank = int(self.monitor.rank)
         self.refresh()
         self.precision = precision_payload(precision, list(monitor.module_paths))
-        self._stop_listening = monitor.add_listener(self._on_step)
+        if self.monitor is not None:
+            self._stop_listening = self.monitor.add_listener(self._on_step)
+        else:
+            self.observe(self._on_rank, names="rank")
+            self._follow = self.start_command("follow", trigger="construction")
 
     @property
     def report(self) -> Any:
@@ -137,17 +182,32 @@ class TrainingMonitorWidget(BrowserSafeState):
 
         if report is not None and not isinstance(report, PrecisionReport):
             raise TypeError(
-                "report must be a vinlens.health.PrecisionReport or None, got "
-                f"{type(report).__module__}.{type(report).__qualname__}"
+                f"report must be a vinlens.health.PrecisionReport or None, got {_kind(report)}"
             )
         self._report = report
-        self.precision = precision_payload(report, list(self.monitor.module_paths))
+        self.precision = precision_payload(report, list(self.source.module_paths))
 
     def refresh(self) -> None:
-        """Send the monitor's current history and events now."""
+        """Send the current history and events now (a run's: after reading what was
+        appended, on the caller's thread)."""
         with self._push_lock:
             self._cancel_timer()
-            self._push()
+        if self.run is not None and self._follow is not None:
+            self.run.refresh()
+        self._push(force=True)
+
+    def replay(self, step: int, rank: int = 0, *, timeout: float = 600) -> dict[str, Any]:
+        """Replay the event of ``step`` (of ``rank``) as the "Replay" button does and return
+        the entry added to ``replays`` (``origin``, ``agrees``).
+
+        Raises:
+            RuntimeError: the replay failed or another replay runs (the message says why).
+        """
+        reply = self.run_command("replay", {"step": step, "rank": rank}, timeout=timeout)
+        if reply["kind"] != "result":
+            raise RuntimeError(reply["message"])
+        data: dict[str, Any] = reply["data"]
+        return data
 
     def close(self) -> None:
         # Also runs from __del__ of a widget whose constructor refused its arguments.
@@ -157,38 +217,138 @@ class TrainingMonitorWidget(BrowserSafeState):
         lock = getattr(self, "_push_lock", None)
         if lock is not None:
             with lock:
+                self._stopped = True
                 self._cancel_timer()
+        follow = getattr(self, "_follow", None)
+        if follow is not None:
+            follow.cancel()
+            self._wake.set()
         super().close()
 
-    # -- live updates ----------------------------------------------------------------------
-    def _push(self) -> None:
-        payload = monitor_payload(self.monitor)
-        self._events_sent = len(payload["events"])
-        self._last_push = time.monotonic()
-        self.history = payload
+    # -- commands ------------------------------------------------------------------------
+    @command("replay", background=True, exclusive=True, busy="a replay is already running")
+    def _replay_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        run, model = self.run, self.model
+        if run is None or model is None:
+            raise CommandError(
+                "replay needs a run log and a model: TrainingMonitorWidget(open_run(log_dir), "
+                "model=MyModel())"
+            )
+        step, rank = _int_arg(args, "step"), _int_arg(args, "rank", 0)
+        recorded = next((e for e in run.events if e.step == step and e.rank == rank), None)
+        if recorded is None:
+            raise CommandError(f"rank {rank} has no non-finite event at step {step}")
+        try:
+            replay = run.load_replay(step, model=model, rank=rank)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        ctx.check_cancelled()
+        origin = replay.run()
+        entry = {
+            "step": step,
+            "rank": rank,
+            "origin": origin_payload(origin),
+            "agrees": origins_agree(recorded.origin, origin),
+        }
+        self.replays = {**self.replays, f"{rank}:{step}": entry}
+        return entry
 
+    @command("follow", background=True)
+    def _follow_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        # A run log: read what was appended every interval (it may wait on a bucket: this
+        # is the widget's worker thread, not the kernel's) and re-send only when something
+        # was. A failed read is shown and retried at the next interval.
+        run = self.run
+        if run is None or (self._follow is not None and self._follow.ctx is not ctx):
+            raise CommandError("this view already follows its run log (or shows a monitor)")
+        while not ctx.cancelled:
+            self._wake.wait(max(self.interval, MIN_POLL_S))
+            self._wake.clear()
+            if ctx.cancelled:
+                break
+            try:
+                ctx.call(run.refresh)
+                self._push(force=False)
+            except Exception as error:
+                if ctx.cancelled:
+                    break
+                self._report_error("", f"reading the run log {run.log_dir!r} failed: {error}")
+        return {}
+
+    # -- updates -------------------------------------------------------------------------
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    def _push(self, *, force: bool) -> None:
+        with self._send_lock:
+            if self.monitor is not None:
+                history = monitor_payload(self.monitor)
+                self._sync_monitor_events(self.monitor.events)
+                self.history = history
+            else:
+                run = self.run
+                assert run is not None
+                if self.rank not in run.ranks:
+                    self.rank = run.ranks[0]
+                rank = self.rank
+                seen = (rank, run.ranks, run.record_counts(rank), len(run.events))
+                if force or seen != self._seen:
+                    history, series = run_payload(run, rank)
+                    self._sync_run_events(run)
+                    self.series = series
+                    self.history = history
+                    self._seen = seen
+            self._last_push = time.monotonic()
+
+    def _sync_monitor_events(self, events: Any) -> None:
+        """The ``events`` traitlet: the kept events, re-set only when they grew (each
+        event's payload is built once)."""
+        kept = events[:EVENTS_KEPT]
+        if len(kept) == len(self._event_payloads):
+            return
+        for event in kept[len(self._event_payloads) :]:
+            self._event_payloads.append(event_payload(event))
+        self.events = list(self._event_payloads)
+
+    def _sync_run_events(self, run: Any) -> None:
+        # Every rank's events in step order: one rank's event may land before another's
+        # (ranks flush on their own), so the list is compared, not only appended to.
+        kept = run.events[:EVENTS_KEPT]
+        bundles = {r: set(run.replay_steps(r)) for r in run.ranks} if self.model else {}
+        payloads = [event_payload(e, replay=e.step in bundles.get(e.rank, ())) for e in kept]
+        if payloads != self._event_payloads:
+            self._event_payloads = payloads
+            self.events = list(payloads)
+
     def _on_step(self, monitor: Any) -> None:
-        # Runs on the training thread after each sampled or non-finite step: a cheap
-        # decision, and at most one payload per interval (a timer sends the last one).
+        # Runs on the training thread after each sampled or non-finite step: a new kept
+        # event goes out at once as itself alone; the rest follows from a timer thread.
         with self._push_lock:
-            wait = self.interval - (time.monotonic() - self._last_push)
-            if wait <= 0 or len(monitor.events) != self._events_sent:
-                self._cancel_timer()
-                self._push()
-            elif self._timer is None:
+            if self._stopped:
+                return
+            events = monitor.events
+            if len(events) > self._events_sent:
+                start, self._events_sent = self._events_sent, len(events)
+                fresh = [event_payload(e) for e in events[start:]]
+                self._send_message({"kind": "events", "start": start, "events": fresh})
+            if self._timer is None:
+                wait = max(0.0, self.interval - (time.monotonic() - self._last_push))
                 self._timer = threading.Timer(wait, self._flush)
                 self._timer.daemon = True
                 self._timer.start()
 
     def _flush(self) -> None:
         with self._push_lock:
+            if self._timer is not threading.current_thread() or self._stopped:
+                return  # cancelled meanwhile (refresh() sent it already, or closed)
             self._timer = None
-            try:
-                self._push()
-            except Exception as error:  # never raise in a timer thread: show it instead
-                self._report_error("", f"updating the training monitor view failed: {error}")
+        try:
+            self._push(force=False)
+        except Exception as error:  # never raise in a timer thread: show it instead
+            self._report_error("", f"updating the training monitor view failed: {error}")
+
+    def _on_rank(self, change: dict[str, Any]) -> None:
+        # The browser picked another rank: the follow command re-sends at once.
+        self._wake.set()

@@ -304,9 +304,11 @@ class TrainingRun:
             sample_steps = tuple(state.sample_steps)
             block = np.stack([self._field(state, c) for c in range(len(fields))], axis=1)
         samples = sample_steps
-        summary_fields = [f for f in fields if f != "grad_norm"]
+        summary_fields = [f for f in fields if f in _SUMMARY_NAMES]
         columns = [fields.index(f) for f in summary_fields]
         norm_column = fields.index("grad_norm")
+        # A run logged before the headroom was a history field has none.
+        headroom = fields.index("headroom_bits") if "headroom_bits" in fields else None
         modules: dict[str, ModuleHistory] = {}
         for row, path in enumerate(paths):
             outputs = tuple(
@@ -318,8 +320,9 @@ class TrainingRun:
             for norm, summary in zip(norms, outputs, strict=True):
                 norm_total.update_value(norm)
                 output_total.merge(_accumulator(summary))
+            bits = () if headroom is None else tuple(float(v) for v in block[:, headroom, row])
             modules[path] = ModuleHistory(
-                norms, outputs, norm_total.finish(), output_total.finish()
+                norms, outputs, norm_total.finish(), output_total.finish(), bits
             )
         series = self.step_series(rank)
         steps_run = int(series.steps[-1]) + 1 if len(series.steps) else 0
@@ -333,6 +336,14 @@ class TrainingRun:
     def replay_steps(self, rank: int = 0) -> tuple[int, ...]:
         """The steps of the rank that have a replay bundle."""
         return tuple(sorted(self._rank(rank).bundles))
+
+    def record_counts(self, rank: int = 0) -> tuple[int, int, int]:
+        """``(steps, sampled steps, events)`` of ``rank`` read so far, without building an
+        array: a cheap check of whether a :meth:`refresh` brought anything new."""
+        state = self._rank(rank)
+        with self._lock:
+            steps = sum(len(part) for part in state.steps)
+            return steps, len(state.sample_steps), len(state.events)
 
     def load_replay(self, step: int, *, model: nn.Module, rank: int = 0) -> Replay:
         """Load the replay bundle of ``step`` (of ``rank``) into ``model``.
@@ -376,6 +387,9 @@ def _event(record: dict[str, Any]) -> NonFiniteEvent:
         k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in _EVENT_FIELDS
     }
     return NonFiniteEvent(**known)
+
+
+_SUMMARY_NAMES = frozenset(f.name for f in dataclasses.fields(TensorSummary))
 
 
 def _summary(names: list[str], values: np.ndarray[Any, Any]) -> TensorSummary:

@@ -1,14 +1,6 @@
-"""The on-disk contract of a VIN offline store, version 1, as validated Pydantic models.
+"""The v1 contract as validated Pydantic models: constants, config, manifest, index rows.
 
-Everything a reader, writer or diagnostic needs to know about *what* is stored lives here:
-the manifest, its shards and blocks, one ``sample_index.jsonl`` row, the block names and
-dtypes the spec fixes, and (re-exported from :mod:`vinlens.store.errors`) the errors raised when a store breaks
-the contract. *How* files
-are reached is :mod:`vinlens.store.access`; *reading* them is :mod:`vinlens.store.reader`.
-
-Errors name the file, the line or field, and what was expected, because a store is usually
-written by one tool and read by another, and the person reading the message has to find
-the offending byte without our source code.
+Behind the :mod:`vinlens.store.format` door (its docstring says what the room holds).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vinlens.store.errors import ManifestError
-from vinlens.store.format import (
+from vinlens.store.format._contract import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
     VinOfflineManifest,
