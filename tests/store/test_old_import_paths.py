@@ -15,6 +15,7 @@ import pytest
 OLD_PATHS = {
     "vinlens.store.records": "vinlens.store.format",
     "vinlens.store.sample": "vinlens.store.format",
+    "vinlens.store.tarscan": "vinlens.store.coverage",
 }
 
 
@@ -33,12 +34,13 @@ def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hin
     import typing
 
     import vinlens.store.format as fmt
+    import vinlens.store.coverage as coverage
     import vinlens.store.reader as reader
 
     for name in ("BlockKind", "Capabilities", "MaterializedBlocks", "StoreBlockSpec"):
         assert getattr(fmt, name).__module__ == "vinlens.store.format", name
     assert "_contract" not in str(typing.get_type_hints(fmt.VinOfflineManifest))
-    for door in (fmt, reader):
+    for door in (fmt, reader, coverage):
         for name in door.__all__:
             value = getattr(door, name)
             if isinstance(value, type):
