@@ -33,8 +33,8 @@ def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hin
     and ``typing.get_type_hints`` still resolves every public class of a room's door."""
     import typing
 
-    import vinlens.store.format as fmt
     import vinlens.store.coverage as coverage
+    import vinlens.store.format as fmt
     import vinlens.store.reader as reader
 
     for name in ("BlockKind", "Capabilities", "MaterializedBlocks", "StoreBlockSpec"):
