@@ -6,7 +6,9 @@
 // a plain `vitest run` has no fixtures and skips it.
 import { describe, expect, it } from "vitest";
 import { aggregateMaps, type DatasetPayload } from "../widgets/attribution_viewer";
-import { originText, type MonitorPayload, type NonFiniteEvent } from "../widgets/training_monitor";
+import {
+  curveGeometry, originText, replayText, type MonitorPayload, type NonFiniteEvent, type ReplayEntry, type SeriesPayload,
+} from "../widgets/training_monitor";
 import { decode, type NDArray, type Table } from "./payload";
 
 const env = (globalThis as any).process?.env ?? {};
@@ -115,6 +117,27 @@ describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean",
           }
         }
       }
+    });
+  }
+  for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor_run")) {
+    it(`${fixture.name} has what the run view reads`, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      const h = decode(fixture.state.history) as MonitorPayload;
+      expect(h.source).toBe("run");
+      expect(h.ranks).toEqual([0]);
+      expect(h.samples).toBe((h.steps as NDArray).shape[0]);
+      const s = decode(fixture.state.series) as SeriesPayload;
+      expect(s.steps_total).toBe(7);
+      expect(s.last_step).toBe(6);
+      const steps = (s.steps as NDArray).data;
+      const g = curveGeometry(steps, (s.grad_norm_lo as NDArray).data, (s.grad_norm_hi as NDArray).data, (s.grad_norm_bad as NDArray).data, 0, 6);
+      expect(g.bad).toEqual([1000 * 5 / 6]); // the NaN gradient norm of step 5
+      expect(Array.from((s.loss_bad as NDArray).data)).toEqual([0, 0, 0, 0, 0, 0, 0]); // its loss is 0
+      const events = decode(fixture.state.events) as NonFiniteEvent[];
+      expect(events.map((e) => [e.step, e.rank, e.replay])).toEqual([[5, 0, true]]);
+      const replays = decode(fixture.state.replays) as Record<string, ReplayEntry>;
+      expect(replays["0:5"].agrees).toBe(true);
+      expect(replayText(replays["0:5"])).toContain("already non-finite where it entered the model");
     });
   }
   for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor")) {

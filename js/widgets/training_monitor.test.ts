@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
 HTMLCanvasElement.prototype.getContext = (() => null) as any; // jsdom has no canvas: strips stay blank
 import { FakeModel, dataView } from "../lib/fake-model";
-import widget, { LogHeatmap, LOW_HEADROOM_BITS, originText, stepPosition, type NonFiniteEvent } from "./training_monitor";
+import widget, {
+  countersText, curveGeometry, LogHeatmap, LOW_HEADROOM_BITS, mergeEvents, originText, replayText, stepPosition, type NonFiniteEvent,
+} from "./training_monitor";
 
 const PATHS = ["<root>", "0", "1", "2"];
 const STEPS = [0, 100, 200];
@@ -31,12 +33,13 @@ function history(events: NonFiniteEvent[] = [EVENT]) {
   };
 }
 
-function setup(events: NonFiniteEvent[] = [EVENT]) {
+function setup(events: NonFiniteEvent[] = [EVENT], extra: Record<string, any> = {}) {
   const model = new FakeModel<any>({
     history: history(events),
-    events,
+    events, series: {}, rank: 0, replays: {},
     precision: { dtype: "torch.float16", headroom: arr("float64", [4], Float64Array.from([Infinity, 9.5, 0.4, -2])), first_overflow_path: "2" },
     selected_event: -1, status: "idle", error: "", error_traceback: "",
+    ...extra,
   });
   const el = document.createElement("div");
   document.body.append(el);
@@ -129,5 +132,106 @@ describe("training monitor view", () => {
     expect(el.querySelector(".vl-tm-origin-text")!.textContent).toBe("No non-finite gradient so far.");
     expect(el.querySelector<HTMLElement>(".vl-tm-goto")!.hidden).toBe(true);
     expect(el.querySelectorAll(".vl-tm-mark").length).toBe(0);
+  });
+});
+
+const f64 = (values: number[]) => arr("float64", [values.length], Float64Array.from(values));
+const u8 = (values: number[]) => arr("uint8", [values.length], Uint8Array.from(values));
+
+describe("run log view", () => {
+  const series = {
+    steps: arr("int32", [4], Int32Array.from([0, 50, 100, 150])), steps_total: 200, last_step: 199,
+    loss_lo: f64([1, 0.5, NaN, 0.1]), loss_hi: f64([2, 1, NaN, 0.2]), loss_bad: u8([0, 0, 1, 0]),
+    grad_norm_lo: f64([1, 1, 1, 1]), grad_norm_hi: f64([1, 3, 1000, 1]), grad_norm_bad: u8([0, 0, 1, 0]),
+  };
+  const runEvent: NonFiniteEvent = { ...EVENT, rank: 1, replay: true };
+  function runSetup(extra: Record<string, any> = {}) {
+    const made = setup([runEvent], { series, ...extra });
+    made.model.kernelSet("history", { ...history([runEvent]), source: "run", ranks: [0, 1], rank: 0, log_dir: "s3://bucket/<b>run</b>", samples: 3, step_range: [0, 200], events_total: 1 });
+    return made;
+  }
+
+  it("places curve points on the step axis, breaks them at buckets without finite values and marks non-finite ones", () => {
+    const g = curveGeometry([0, 50, 100, 150], [1, 0.5, NaN, 0.1], [2, 1, NaN, 0.2], [0, 0, 1, 0], 0, 200);
+    expect(g.log).toBe(true);
+    expect([g.lo, g.hi]).toEqual([0.1, 2]);
+    expect(g.bad).toEqual([500]);
+    expect(g.lines.length).toBe(4); // hi and lo, each broken at the NaN bucket
+    expect(g.lines[0][0]).toBe("0.0,4.0"); // the highest value at the top
+    expect(g.lines[1]).toEqual(["750.0,74.7"]); // hi after the gap
+    expect(g.lines[3]).toEqual(["750.0,96.0"]); // the lowest value at the bottom
+    const linear = curveGeometry([0, 1], [-1, 1], [-1, 1], [0, 0], 0, 1);
+    expect(linear.log).toBe(false);
+  });
+
+  it("says how many samples share the columns and how many events are listed", () => {
+    expect(countersText({ steps_run: 10000, every: 1, samples: 10000, events_total: 250 }, 262, 100))
+      .toBe("step 10,000 · sampled every 1 · 10,000 samples in 262 columns (largest of each) · 250 non-finite steps (first 100 listed)");
+    expect(countersText({ steps_run: 3, every: 1, samples: 3 }, 3, 0)).toBe("step 3 · sampled every 1 · 3 samples shown · no non-finite step");
+    expect(replayText({ step: 150, rank: 0, origin: EVENT.origin, agrees: true })).toBe(
+      "gradient first non-finite in 1 (call 0): incoming finite, to its inputs 3 NaN; parameters 1.weight. Same module, call and parameters as recorded.");
+    expect(replayText({ step: 150, rank: 0, origin: null, agrees: false })).toContain("the replay stayed finite");
+  });
+
+  it("keeps an event list received message by message unless the traitlet differs", () => {
+    const a = { step: 1, origin: null, rank: 0 };
+    const b = { step: 2, origin: null, rank: 1 };
+    expect(mergeEvents([a], [a, b])).toEqual([a, b]);
+    expect(mergeEvents([b], [a, b])).toEqual([b]); // a run's events re-sorted: the traitlet wins
+  });
+
+  it("draws the curves, the rank selector and the run's source as text", () => {
+    const { el, model } = runSetup();
+    expect(el.querySelectorAll(".vl-tm-curve").length).toBe(2);
+    expect(el.querySelector('[data-curve="loss"] .vl-tm-curve-bad')).not.toBeNull();
+    expect(el.querySelector('[data-curve="grad_norm"]')!.textContent).toContain("1 – 1,000 (log) · 1 non-finite");
+    expect(el.querySelector(".vl-tm-source")!.textContent).toBe("s3://bucket/<b>run</b>");
+    expect(el.querySelector(".vl-tm-source b")).toBeNull(); // a kernel string is never markup
+    const ranks = el.querySelector<HTMLSelectElement>(".vl-tm-rank")!;
+    expect(Array.from(ranks.options).map((o) => o.value)).toEqual(["0", "1"]);
+    expect(el.querySelector<HTMLElement>(".vl-tm-rank-label")!.hidden).toBe(false);
+    ranks.value = "1";
+    ranks.dispatchEvent(new Event("change"));
+    expect(model.get("rank")).toBe(1);
+    expect(model.saved).toBeGreaterThan(0);
+    expect(el.querySelector(".vl-tm-events option")!.textContent).toBe("step 150 · rank 1");
+    expect(el.querySelector(".vl-tm-origin-text")!.textContent).toMatch(/^Rank 1, step 150: gradient first non-finite in 1/);
+    // The curves and the marks share the step axis: step 150 of 0..200 (sampled to 200).
+    expect(el.querySelector<HTMLElement>(".vl-tm-mark")!.style.left).toBe("75%");
+  });
+
+  it("replays an event in the kernel and shows the recomputed origin beside the recorded one", async () => {
+    const { el, model } = runSetup();
+    const button = el.querySelector<HTMLButtonElement>(".vl-tm-replay")!;
+    expect(button.hidden).toBe(false);
+    expect(el.querySelector<HTMLElement>(".vl-tm-recomputed")!.hidden).toBe(true);
+    button.click();
+    const request = model.sent.at(-1)!.content;
+    expect(request).toMatchObject({ kind: "command", name: "replay", args: { step: 150, rank: 1 } });
+    expect(button.disabled).toBe(true);
+    expect(button.textContent).toBe("Replaying…");
+    model.kernelSet("replays", { "1:150": { step: 150, rank: 1, origin: EVENT.origin, agrees: true } });
+    model.receive({ kind: "result", id: request.id, data: {} });
+    await new Promise((r) => setTimeout(r, 0));
+    expect(button.disabled).toBe(false);
+    expect(button.textContent).toBe("Replay again");
+    const side = el.querySelector<HTMLElement>(".vl-tm-recomputed")!;
+    expect(side.hidden).toBe(false);
+    expect(side.classList.contains("vl-tm-agrees")).toBe(true);
+    expect(side.textContent).toContain("Same module, call and parameters as recorded.");
+    expect(el.querySelector(".vl-tm-origin-text")!.textContent).toContain("first non-finite in 1");
+    // A failed replay: the kernel's reply shows in the error box.
+    button.click();
+    const again = model.sent.at(-1)!.content;
+    model.receive({ kind: "error", id: again.id, message: "rank 1 has no replay bundle for step 150", traceback: "", cancelled: false });
+    await new Promise((r) => setTimeout(r, 0));
+    expect(el.querySelector(".vl-error-message")!.textContent).toContain("no replay bundle");
+  });
+
+  it("has no Replay button without a model (the kernel flags events it can replay)", () => {
+    const { el } = setup([EVENT]);
+    expect(el.querySelector<HTMLElement>(".vl-tm-replay")!.hidden).toBe(true);
+    expect(el.querySelector<HTMLElement>(".vl-tm-curves")!.hidden).toBe(true);
+    expect(el.querySelector<HTMLElement>(".vl-tm-rank-label")!.hidden).toBe(true);
   });
 });

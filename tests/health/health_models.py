@@ -50,6 +50,35 @@ class _Shift(nn.Module):
         return x + self.amount
 
 
+class NanBackward(torch.autograd.Function):
+    """Identity forward; its backward turns the incoming gradient into NaN."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("nan")
+
+
+class RandomFault(nn.Module):
+    """A NaN backward on a random fraction of its calls, drawn from torch's generator."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.rate = rate
+        self.fired: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        fire = bool(torch.rand(()) < self.rate)
+        self.fired.append(fire)
+        out: torch.Tensor = NanBackward.apply(h) if fire else h
+        return out
+
+
 def assert_no_hooks(*models: nn.Module) -> None:
     for model in models:
         for name, module in model.named_modules():

@@ -3,36 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 import torch._dynamo
+from compile_models import PATHS, Net, TracedCode
 from torch import nn
 from torch._dynamo.utils import counters
 
-from vinlens.health import TrainingMonitor, compare_models, find_nonfinite_origin
-from vinlens.hooks import leftover_hooks
-
-
-class Mid(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-        self.register_buffer("gate", torch.ones(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x) * self.gate
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.enc = nn.Linear(8, 8)
-        self.mid = Mid()
-        self.head = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.mid(torch.relu(self.enc(x)))))
+from vinlens.health import (
+    TrainingMonitor,
+    collect_activation_stats,
+    compare_models,
+    find_nonfinite_gradient_origin,
+    find_nonfinite_origin,
+    precision_headroom,
+)
+from vinlens.hooks import HookSet, leftover_hooks
+from vinlens.model_inspection import capture_model
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +69,7 @@ def test_monitor_on_a_compiled_model_names_the_eager_paths_without_recompiles(st
     monitor, graphs = _run(style, monitored=True)
     assert isinstance(monitor, TrainingMonitor)
     assert graphs == plain_graphs
-    assert monitor.module_paths == ("<root>", "enc", "mid", "mid.lin", "head")
+    assert monitor.module_paths == PATHS
     assert all(h.output[0].count > 0 for h in monitor.history.modules.values())
     (event,) = monitor.events
     assert event.step == 7 and event.replayed_eagerly
@@ -129,3 +118,52 @@ def test_compare_models_on_compiled_checkpoints_pairs_the_eager_paths(style: str
         assert got.relative_l2 == pytest.approx(want.relative_l2, rel=1e-6, abs=1e-12)
     assert diff.unpaired_paths == ()
     assert leftover_hooks([*model_a.modules(), *model_b.modules()]) == []
+
+
+def test_traced_code_sees_a_vinlens_hook_that_dynamo_traces() -> None:
+    """The detector of the next test works: a vinlens hook present while dynamo traces
+    (outside run_eagerly) is found among the traced frames."""
+    model = Net()
+    backend = TracedCode("aot_eager")
+    compiled = torch.compile(model, backend=backend)
+    with HookSet() as hooks:
+        hooks.hook_modules([("mid", model.mid)], post=lambda *_: None, use_global=False)
+        compiled(torch.randn(4, 8))
+    assert backend.vinlens_files()
+
+
+@pytest.mark.parametrize("style", ["wrap", "inplace"])
+def test_no_vinlens_frame_is_traced_on_a_monitored_compiled_run(style: str) -> None:
+    torch.manual_seed(0)
+    model = Net()
+    backend = TracedCode("aot_eager")
+    called: nn.Module = model
+    if style == "wrap":
+        called = torch.compile(model, backend=backend)
+    else:
+        model.compile(backend=backend)
+    x = torch.randn(4, 8)
+
+    def step() -> torch.Tensor:
+        model.zero_grad()
+        loss = called(x).sum()
+        loss.backward()
+        return loss
+
+    monitor = TrainingMonitor(called, every=2, on_nonfinite="record")
+    for index in range(5):
+        if index == 4:
+            model.mid.gate.fill_(float("nan"))
+        monitor.run_step(step)
+    assert monitor.events[0].origin is not None
+    assert find_nonfinite_origin(called, lambda: called(x)) is not None
+    assert find_nonfinite_gradient_origin(called, step) is not None
+    model.mid.gate.fill_(1.0)
+    precision_headroom(called, lambda: called(x))
+    collect_activation_stats(called, [x])
+    with capture_model(called):
+        called(x)
+    assert backend.files, "nothing was compiled"
+    assert str(Path(__file__).with_name("compile_models.py").resolve()) in backend.traced()
+    assert backend.vinlens_files() == set()
+    assert leftover_hooks(model.modules()) == []

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.distributed as dist
+from compile_models import PATHS, Net
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -25,28 +26,6 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 
-class Mid(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-        self.register_buffer("gate", torch.ones(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x) * self.gate
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.enc = nn.Linear(8, 8)
-        self.mid = Mid()
-        self.head = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.mid(torch.relu(self.enc(x)))))
-
-
-PATHS = ("<root>", "enc", "mid", "mid.lin", "head")
 PARAMS = [
     "enc.weight",
     "enc.bias",

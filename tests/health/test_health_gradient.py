@@ -183,6 +183,43 @@ def test_a_module_called_twice_names_the_call() -> None:
     assert origin.parameter_paths == ()
 
 
+class PoisonedWeight(nn.Module):
+    """A linear map whose weight gradient (only) is NaN while ``poison`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4) / 2)
+        self.poison = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = NanBackward.apply(self.weight) / 2 if self.poison else self.weight
+        out: torch.Tensor = x @ weight.T
+        return out
+
+
+@pytest.mark.parametrize("poisoned_pass", [0, 1, 2])
+def test_a_step_of_several_backward_passes_names_the_pass_that_made_it(
+    poisoned_pass: int,
+) -> None:
+    # Gradient accumulation: one forward and one backward per micro-batch in one step.
+    # A parameter's gradient belongs to the call of its own backward, not to the path's
+    # first call (whose backward ran, finite, one pass earlier).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), PoisonedWeight(), nn.Linear(4, 1))
+    batches = torch.randn(3, 2, 4)
+
+    def step() -> None:
+        for index, batch in enumerate(batches):
+            model[1].poison = index == poisoned_pass
+            model(batch).sum().backward()
+
+    origin = find_nonfinite_gradient_origin(model, step)
+    assert origin is not None
+    assert (origin.module_path, origin.call_index) == ("1", poisoned_pass)
+    assert origin.parameter_paths == ("1.weight",)
+    assert leftover_hooks(model.modules()) == []
+
+
 def test_hooks_are_removed_when_the_step_raises() -> None:
     model = nn.Sequential(nn.Linear(4, 4), CustomNan(), nn.Linear(4, 1))
     x = torch.randn(3, 4)

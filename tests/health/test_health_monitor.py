@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from health_models import NanBackward, RandomFault
 from torch import nn
 
 from vinlens.health import (
@@ -16,33 +17,6 @@ from vinlens.health import (
     TrainingMonitor,
 )
 from vinlens.hooks import leftover_hooks
-
-
-class NanBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
-        return grad * float("nan")
-
-
-class RandomFault(nn.Module):
-    """A NaN backward on a random fraction of its calls, drawn from torch's generator."""
-
-    def __init__(self, rate: float) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.rate = rate
-        self.fired: list[bool] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.lin(x)
-        fire = bool(torch.rand(()) < self.rate)
-        self.fired.append(fire)
-        out: torch.Tensor = NanBackward.apply(h) if fire else h
-        return out
 
 
 @pytest.mark.parametrize("seed", range(5))

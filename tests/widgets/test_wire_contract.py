@@ -183,6 +183,35 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         report = precision_headroom(net, lambda: net(x * 1e4))
         return TrainingMonitorWidget(monitor, precision=report, interval=0)
 
+    def training_monitor_run() -> Any:
+        # A run log (open_run): the every-step curves, an event with a replay bundle, and
+        # the replay's recomputed origin in `replays`.
+        from vinlens.health import TrainingMonitor, open_run
+
+        def make() -> torch.nn.Module:
+            torch.manual_seed(4)
+            return torch.nn.Sequential(
+                torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)
+            )
+
+        net = make()
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+        log = tmp_path / "run"
+        with TrainingMonitor(net, every=2, on_nonfinite="record", log_dir=log) as monitor:
+            for step in range(7):
+
+                def run(step: int = step) -> torch.Tensor:
+                    net.zero_grad()
+                    out = net(x)
+                    loss = (out * 0).sqrt().sum() if step == 5 else out.square().mean()
+                    loss.backward()
+                    return loss
+
+                monitor.run_step(run)
+        w = TrainingMonitorWidget(open_run(log), model=make(), interval=3600)
+        assert w.replay(5)["agrees"] is True
+        return w
+
     def coverage() -> Any:
         w = CoverageHeatmapWidget(dataset.config)
         w.wait(120)
@@ -210,6 +239,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "store_dashboard", dashboard
     yield "store_compare", store_compare
     yield "training_monitor", training_monitor
+    yield "training_monitor_run", training_monitor_run
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
     yield "edge_cases", _edge_cases
@@ -271,4 +301,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     assert set(names) <= set(tests), (names, sorted(tests))
     assert "attribution_viewer_dataset has what the dataset view reads" in tests, sorted(tests)
     assert "training_monitor has what the monitor view reads" in tests, sorted(tests)
+    assert "training_monitor_run has what the run view reads" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

@@ -4,6 +4,7 @@ state a step starts from, the replay of a non-finite step, and the fused gradien
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from torch import nn
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import HookSet
+from vinlens.model_inspection import ROOT_PATH
+from vinlens.wrappers import named_parameters
 
 RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
 
@@ -50,10 +53,14 @@ def replay_step(
     dropout masks and augmentations. Afterwards the buffers (BatchNorm running statistics
     and ``num_batches_tracked``) and the gradients are put back as the original step left
     them, so the monitored step updates them once, exactly as an unmonitored one would.
+    Both are restored in place: each ``p.grad`` is again the tensor the step wrote into
+    (gradients kept as views of one flat buffer, DDP or ZeRO bucket style, keep reaching
+    it), holding the step's values.
     """
     with torch.no_grad():
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    grads = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+        written = [p.grad for p in parameters]
+        grads = [None if g is None else g.detach().clone() for g in written]
     restore_rng(rng)
     try:
         return find_nonfinite_gradient_origin(model, step_fn)
@@ -61,8 +68,24 @@ def replay_step(
         with torch.no_grad():
             for buffer, saved in buffers:
                 buffer.copy_(saved)
-        for parameter, grad in zip(parameters, grads, strict=True):
-            parameter.grad = grad
+            for parameter, grad, kept in zip(parameters, written, grads, strict=True):
+                if grad is not None and kept is not None:
+                    grad.copy_(kept)  # the replay may have accumulated into it
+                parameter.grad = grad
+
+
+def same_parameters(current: Sequence[nn.Parameter], known: Sequence[nn.Parameter]) -> bool:
+    """Whether ``current`` holds the very Parameter objects of ``known``, in order."""
+    return len(current) == len(known) and all(map(operator.is_, current, known))
+
+
+def owner_rows(model: nn.Module, module_paths: Sequence[str]) -> list[int]:
+    """Row of each parameter's owner among ``module_paths`` (-1: not watched), in the order
+    of ``model.parameters()``."""
+    rows = {path: row for row, path in enumerate(module_paths)}
+    return [
+        rows.get(name.rpartition(".")[0] or ROOT_PATH, -1) for name, _ in named_parameters(model)
+    ]
 
 
 @dataclass

@@ -383,16 +383,23 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
     summary_a, summary_b = SummaryAccumulator(), SummaryAccumulator()
     max_abs = 0.0
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
-    every_finite = True
+    # The summaries first: they tell whether every value is finite, and then the pair pass
+    # needs no <a, b> (the cosine comes from the distance and the norms).
+    pairs_found: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
         a, b = reducible(a), reducible(b)  # float8: an exact float16 copy
         finite_before = summary_a.finite + summary_b.finite
         summary_a.update(a)
         summary_b.update(b)
         all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
-        every_finite = every_finite and all_finite
-        pairs = _finite_pair_moments if all_finite else _pair_moments
-        for block_max, block_diff, block_a, block_b, block_dot in pairs(a, b):
+        pairs_found.append((a, b, all_finite))
+    every_finite = all(all_finite for _, _, all_finite in pairs_found)
+    for a, b, all_finite in pairs_found:
+        if every_finite:
+            pairs = _finite_differences(a, b)
+        else:
+            pairs = _finite_pair_moments(a, b) if all_finite else _pair_moments(a, b)
+        for block_max, block_diff, block_a, block_b, block_dot in pairs:
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
             diff_sq += block_diff
             norm_a_sq += block_a
@@ -440,6 +447,47 @@ def _cosine_from_distance(diff_sq: float, norm_a_sq: float, norm_b_sq: float) ->
     gap = norm_a - norm_b
     one_minus = (diff_sq - gap * gap) / (2.0 * norm_a * norm_b)
     return min(1.0, max(-1.0, 1.0 - one_minus))
+
+
+def _finite_differences(
+    a: torch.Tensor, b: torch.Tensor
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, 0) per block of two all-finite outputs of a
+    call whose every output is finite (its cosine needs no ``<a, b>``): one ``aminmax``
+    of the difference, and dot products in the source dtype as in
+    :func:`_finite_pair_moments` (the norms' rounding then cancels in ``||a|| - ||b||``).
+    """
+    a = a.detach()
+    b = b.detach()
+    if a.device != b.device:
+        b = b.to(a.device)
+    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
+        yield from _pair_moments(a, b)
+        return
+    rows: list[torch.Tensor] = []
+    for block_a, block_b in zip(
+        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
+    ):
+        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
+        flat_b = block_b.reshape(-1)
+        if not flat_a.numel():
+            continue
+        delta = flat_a - flat_b
+        low, high = torch.aminmax(delta)
+        rows.append(
+            torch.stack(
+                [
+                    torch.maximum(high, -low),
+                    torch.dot(delta, delta),
+                    torch.dot(flat_a, flat_a),
+                    torch.dot(flat_b, flat_b),
+                ]
+            )
+        )
+    if not rows:
+        return
+    for largest, squares, squares_a, squares_b in torch.stack(rows).to(torch.float64).tolist():
+        yield largest, squares, squares_a, squares_b, 0.0
 
 
 def _finite_pair_moments(

@@ -113,8 +113,8 @@ class RankSync:
             )
         # 1 / (ranks holding each parameter's shard): its local squared norm's weight in
         # the all-reduced sum. A plain parameter is the same on every rank.
-        self._weights = [self._weight(p, dtensor) for p in parameters] if self.sharded else []
-        self.per_parameter = len(set(self._weights)) > 1
+        self._weights: list[float] = []
+        self.watch(parameters)
         self._device = torch.device("cpu")
         if self.collective:
             import torch.distributed as dist
@@ -122,6 +122,12 @@ class RankSync:
             if "nccl" in str(dist.get_backend()):
                 self._device = torch.device("cuda", torch.cuda.current_device())
             self._handshake(len(parameters))
+
+    def watch(self, parameters: Sequence[nn.Parameter]) -> None:
+        """The monitor's parameters (again when they changed): their shards' weights."""
+        dtensor = _dtensor_type()
+        self._weights = [self._weight(p, dtensor) for p in parameters] if self.sharded else []
+        self.per_parameter = len(set(self._weights)) > 1
 
     def _weight(self, parameter: nn.Parameter, dtensor: type | None) -> float:
         if dtensor is None or not isinstance(parameter, dtensor):

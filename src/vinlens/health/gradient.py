@@ -109,6 +109,7 @@ class _Call:
     """One module call's backward: its gradients, kept only while it could be reported."""
 
     __slots__ = (
+        "arrived",
         "bad_parameters",
         "grad_inputs",
         "grad_outputs",
@@ -128,9 +129,11 @@ class _Call:
         self.bad_parameters: list[str] = []
         self.outputs_finite = True
         self.inputs_open = 0
-        # A parameter's gradient is accumulated once, after every call that used it: it
-        # belongs to the path's first call, the one the backward reaches last.
+        # A parameter's gradient is accumulated once per backward, after every call of that
+        # backward that used it: it belongs to the first of those calls, the one the
+        # backward reaches last (see _StepWatch.parameter_calls).
         self.parameters_open = parameters
+        self.arrived = False  # a gradient of this call arrived: its backward has run
         self.keep = False
 
     @property
@@ -155,7 +158,10 @@ class _StepWatch:
                 owner = name.rpartition(".")[0] or ROOT_PATH
                 self.parameters.append((name, owner, parameter))
                 self.own_parameters[owner] = self.own_parameters.get(owner, 0) + 1
-        self.first_calls: dict[str, _Call] = {}
+        # Per path, the call its parameters' gradients belong to: the first call, and again
+        # each call made after the latest such call's backward ran (a step of several
+        # forward/backward passes, as gradient accumulation runs them).
+        self.parameter_calls: dict[str, _Call] = {}
         self.calls: dict[tuple[str, int], _Call] = {}
         self.open_calls: dict[tuple[int, str], list[_Call]] = {}
         self.origin: _Call | None = None
@@ -184,11 +190,12 @@ class _StepWatch:
             _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
         ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
             index = self.forward.begin(label, args, kwargs)
-            parameters = self.own_parameters.get(label, 0) if index == 0 else 0
-            call = _Call(label, index, parameters)
             with self.lock:
-                if index == 0:
-                    self.first_calls[label] = call
+                owner = self.parameter_calls.get(label)
+                new_owner = owner is None or owner.arrived
+                call = _Call(label, index, self.own_parameters.get(label, 0) if new_owner else 0)
+                if new_owner:
+                    self.parameter_calls[label] = call
                 self.calls[(label, index)] = call
                 self.open_calls.setdefault((threading.get_ident(), label), []).append(call)
             wrap_args = any(_wrappable(a) for a in args)
@@ -250,6 +257,7 @@ class _StepWatch:
     def on_grad_output(self, call: _Call, path: str, grad: torch.Tensor) -> None:
         finite = self.checks.finite(grad)
         with self.lock:
+            call.arrived = True
             if not finite:
                 call.outputs_finite = False
                 if self.entered is None and self.origin is None:
@@ -262,6 +270,7 @@ class _StepWatch:
     def on_grad_input(self, call: _Call, path: str, grad: torch.Tensor) -> None:
         finite = self.checks.finite(grad)
         with self.lock:
+            call.arrived = True
             call.inputs_open -= 1
             if call.keep or self.origin is None:
                 call.grad_inputs.append((path, grad))
@@ -274,9 +283,10 @@ class _StepWatch:
             grad = grad.coalesce().values()
         finite = self.checks.finite(grad)
         with self.lock:
-            call = self.first_calls.get(owner)
+            call = self.parameter_calls.get(owner)
             if call is None:  # the owner never ran as a module call: a parameter used directly
-                call = self.first_calls[owner] = _Call(owner, 0, self.own_parameters[owner])
+                call = self.parameter_calls[owner] = _Call(owner, 0, self.own_parameters[owner])
+            call.arrived = True
             call.parameters_open -= 1
             if not finite:
                 call.bad_parameters.append(name)

@@ -17,9 +17,9 @@ from vinlens.health.summaries import (
     TensorTrace,
     check_callable,
     check_model,
-    floating_tensors,
     input_tensors,
     labelled_modules,
+    output_tensors,
     reducible,
     tensor_traces,
 )
@@ -73,9 +73,21 @@ class NonFiniteOrigin:
 
 def _versions(tensors: Found) -> tuple[int, ...] | None:
     """Version counters of ``tensors``; None when one has none (an inference tensor)."""
-    if any(tensor.is_inference() for _, tensor in tensors):
-        return None
-    return tuple(tensor._version for _, tensor in tensors)
+    versions = []
+    for _, tensor in tensors:
+        if tensor.is_inference():
+            return None
+        versions.append(tensor._version)
+    return tuple(versions)
+
+
+def _all_finite(checks: FiniteCache, tensors: Found) -> bool:
+    """True when every tensor of ``tensors`` holds only finite values (stops at the first
+    that does not, as ``all`` does); a loop, not a generator, in a per-call hook."""
+    for _, tensor in tensors:  # noqa: SIM110
+        if not checks.finite(reducible(tensor)):
+            return False
+    return True
 
 
 def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFiniteOrigin | None:
@@ -178,7 +190,7 @@ class ForwardOriginWatch:
         inputs = input_tensors(
             args, kwargs, complex_too=True, truncated=lambda: self.truncated(label)
         )
-        finite = all(self.checks.finite(reducible(tensor)) for _, tensor in inputs)
+        finite = _all_finite(self.checks, inputs)
         index = self.calls.begin(label, args, (inputs, _versions(inputs), finite))
         if not finite:
             with self.lock:
@@ -193,12 +205,10 @@ class ForwardOriginWatch:
         if call is None:
             return
         index, (inputs, versions, finite_inputs) = call
-        outputs = list(
-            floating_tensors(
-                output, "output", complex_too=True, truncated=lambda: self.truncated(label)
-            )
-        )
-        finite = all(self.checks.finite(reducible(tensor)) for _, tensor in outputs)
+        outputs = output_tensors(output, complex_too=True, truncated=lambda: self.truncated(label))
+        finite = _all_finite(self.checks, outputs)
+        if finite and not self.tainted:
+            return  # the common call: nothing to record
         with self.lock:
             tainted = self.tainted
             if tainted and tainted[0][:2] == (label, index):

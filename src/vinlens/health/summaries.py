@@ -31,6 +31,7 @@ __all__ = [
     "floating_tensors",
     "input_tensors",
     "labelled_modules",
+    "output_tensors",
     "reducible",
     "summarizable",
     "tensor_traces",
@@ -40,6 +41,9 @@ __all__ = [
 MAX_WALK_NODES = 4096
 #: Container edges followed from an input or output root.
 MAX_WALK_DEPTH = 32
+
+# The walk's paths of the first positional arguments, made once.
+_ARG_PATHS = tuple(f"args[{position}]" for position in range(16))
 
 #: (container path, tensor) pairs found in one module input or output.
 Found = list[tuple[str, torch.Tensor]]
@@ -183,6 +187,18 @@ def tensor_traces(cache: SummaryCache, tensors: Found) -> tuple[TensorTrace, ...
     )
 
 
+def output_tensors(
+    output: object, *, complex_too: bool = False, truncated: Callable[[], None] | None = None
+) -> Found:
+    """``list(floating_tensors(output, "output", ...))``, without the generator for the
+    common output, one tensor (a hook per module call pays for every step)."""
+    if isinstance(output, torch.Tensor):
+        if summarizable(output) or (complex_too and _dense_complex(output)):
+            return [("output", output)]
+        return []
+    return list(floating_tensors(output, "output", complex_too=complex_too, truncated=truncated))
+
+
 def input_tensors(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -192,6 +208,18 @@ def input_tensors(
 ) -> Found:
     """The floating tensors of a call's positional and keyword inputs (see
     :func:`floating_tensors` for the keywords)."""
+    if not kwargs and len(args) < MAX_WALK_NODES:
+        # The common call, tensors passed positionally: the pairs the walk below finds
+        # (the args tuple and each tensor are one node each, all within the quota).
+        found: Found = []
+        for position, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                break
+            if summarizable(arg) or (complex_too and _dense_complex(arg)):
+                path = _ARG_PATHS[position] if position < 16 else f"args[{position}]"
+                found.append((path, arg))
+        else:
+            return found
     found = list(floating_tensors(args, "args", complex_too=complex_too, truncated=truncated))
     if kwargs:
         found.extend(

@@ -131,7 +131,7 @@ def monitor_payload(monitor: Any) -> dict[str, Any]:
 
 def series_payload(steps: _Array, grad_norm: _Array, loss: _Array) -> dict[str, Any]:
     """The every-step curves in at most :data:`MAX_SERIES_BUCKETS` buckets of consecutive
-    steps: each bucket's first step, lowest and highest finite value (NaN when it has
+    steps: each bucket's first step (and ``last_step``), lowest and highest finite value (NaN when it has
     none) and whether it holds a non-finite value."""
     starts = _bucket_starts(len(steps), MAX_SERIES_BUCKETS)
     payload: dict[str, Any] = {"steps": encode_array(np.asarray(steps, np.int64)[starts])}
@@ -150,6 +150,7 @@ def series_payload(steps: _Array, grad_norm: _Array, loss: _Array) -> dict[str, 
         payload[f"{name}_hi"] = encode_array(hi)
         payload[f"{name}_bad"] = encode_array(flags.astype(np.uint8))
     payload["steps_total"] = len(steps)
+    payload["last_step"] = int(steps[-1]) if len(steps) else None
     return payload
 
 
