@@ -111,8 +111,7 @@ def unit_of(module: str) -> str | None:
     if module == "vinlens.store":
         return STORE_DOOR
     for unit in UNITS:
-        # A flat module named after a room (``store.compare_scan``) is part of that room.
-        if module == unit or module.startswith((unit + ".", unit + "_")):
+        if module == unit or module.startswith(unit + "."):
             return unit
     return None
 

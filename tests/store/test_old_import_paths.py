@@ -33,6 +33,7 @@ def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hin
     and ``typing.get_type_hints`` still resolves every public class of a room's door."""
     import typing
 
+    import vinlens.store.compare as compare
     import vinlens.store.coverage as coverage
     import vinlens.store.format as fmt
     import vinlens.store.reader as reader
@@ -40,7 +41,7 @@ def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hin
     for name in ("BlockKind", "Capabilities", "MaterializedBlocks", "StoreBlockSpec"):
         assert getattr(fmt, name).__module__ == "vinlens.store.format", name
     assert "_contract" not in str(typing.get_type_hints(fmt.VinOfflineManifest))
-    for door in (fmt, reader, coverage):
+    for door in (fmt, reader, coverage, compare):
         for name in door.__all__:
             value = getattr(door, name)
             if isinstance(value, type):

@@ -109,7 +109,7 @@ def _splits(counts: dict[str, int]) -> str:
 
 def format_comparison(result: StoreComparison, metric: str = "js_distance") -> str:
     """The comparison as readable tables (what ``vinlens store compare`` prints)."""
-    from vinlens.store.compare_records import ranked_fields
+    from vinlens.store.compare import ranked_fields
 
     overview: list[tuple[str, object]] = [
         ("store A", result.store_a),
