@@ -5,40 +5,19 @@ from __future__ import annotations
 
 import math
 import operator
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
+from vinlens.health._rng import RngStates, restore_rng
+from vinlens.health._rng import rng_states as rng_states  # the monitor's begin_step
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH
 from vinlens.wrappers import named_parameters
-
-RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
-
-
-def rng_states() -> RngStates:
-    """torch's CPU and CUDA generators, Python's ``random`` and NumPy's global generator."""
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda, random.getstate(), np.random.get_state()
-
-
-def restore_rng(states: RngStates) -> None:
-    cpu, cuda, python, legacy_numpy = states
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-    random.setstate(python)  # type: ignore[arg-type]
-    np.random.set_state(legacy_numpy)  # type: ignore[arg-type]
 
 
 def replay_step(
@@ -148,7 +127,8 @@ def finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
     """
     squares = 0.0
     for _, norms in grouped_norms(grads):
-        squares += norms.double().square().sum().item()
+        # One op over the stacked norms, squared in float64 (no overflow below float32's max).
+        squares += torch.linalg.vector_norm(norms, dtype=torch.float64).item() ** 2
     if math.isfinite(squares):
         return True, math.sqrt(squares)
     finite = all(bool(torch.isfinite(dense_values(g)).all()) for g in grads if g is not None)
