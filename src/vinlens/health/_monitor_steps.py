@@ -53,9 +53,39 @@ def replay_step(
                 parameter.grad = grad
 
 
-def same_parameters(current: Sequence[nn.Parameter], known: Sequence[nn.Parameter]) -> bool:
-    """Whether ``current`` holds the very Parameter objects of ``known``, in order."""
-    return len(current) == len(known) and all(map(operator.is_, current, known))
+class ModelTree:
+    """A model's parameters, read again only when its tree changed.
+
+    :meth:`changed` compares, by identity, every module's registered parameters and
+    children with those seen last time: one list over the modules, no ``named_parameters``
+    walk (its memo hashes every parameter), so a step pays little for noticing a layer
+    replaced, a parameter reassigned (``load_state_dict(..., assign=True)``) or deleted.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._read()
+
+    def _read(self) -> None:
+        self._modules = list(self._model.modules())
+        self._members = self._now()
+        self.parameters: list[nn.Parameter] = list(self._model.parameters())
+
+    def _now(self) -> list[object]:
+        return [
+            member
+            for module in self._modules
+            for members in (module._parameters, module._modules)
+            for member in members.values()
+        ]
+
+    def changed(self) -> bool:
+        """Whether the tree changed since the last call (then :attr:`parameters` is new)."""
+        now, seen = self._now(), self._members
+        if len(now) == len(seen) and all(map(operator.is_, now, seen)):
+            return False
+        self._read()
+        return True
 
 
 def owner_rows(model: nn.Module, module_paths: Sequence[str]) -> list[int]:
@@ -94,7 +124,8 @@ def grouped_norms(
     groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
     for index, grad in enumerate(grads):
         if grad is not None:
-            grad = dense_values(grad)  # nn.Embedding(sparse=True): its summed values
+            if grad.is_sparse:  # nn.Embedding(sparse=True): its summed values
+                grad = grad.coalesce().values()
             indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
             indices.append(index)
             tensors.append(grad)
