@@ -18,7 +18,15 @@ Workloads (the core loops of the named benchmarks):
 * ``capture`` (``bench_capture_cnn.py``): ``with capture_model(model): model(image)`` at
   default limits on the CNNs of ``cnn_models.py``;
 * ``health_stats`` and ``nan_origin`` (``bench_health.py``): ``collect_activation_stats``
-  over batches and ``find_nonfinite_origin`` of one forward.
+  over batches and ``find_nonfinite_origin`` of one forward;
+* ``diff`` (``bench_health.py``): ``compare_models(model, twin, run)`` of two copies in
+  lockstep (worker process CPU time: model B's forward runs in a thread);
+* ``monitor_step`` (``bench_training_monitor.py``): one sampled step of
+  ``TrainingMonitor(model, every=1).run_step(step)`` (zero_grad, forward, loss, backward).
+
+A workload whose API the old tree lacks is left out of the comparison (the two trees are
+compared on the workloads both have). To quote a change against the tree just before it,
+pass ``--old <commit before the change>``.
 
     python benchmarks/bench_tree_regression.py [--quick] [--old COMMIT] [--rounds N] [--repeats N]
 """
@@ -26,6 +34,7 @@ Workloads (the core loops of the named benchmarks):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -85,6 +94,10 @@ def _build_workloads(store: str, quick: bool) -> dict[str, Callable[[], object]]
         "store_stats": store_stats,
         "aggregation": aggregation,
     }
+    try:  # engines an old tree may not have
+        from vinlens.health import TrainingMonitor, compare_models
+    except ImportError:
+        TrainingMonitor = compare_models = None  # type: ignore[assignment,misc]
     for name, model in models.items():
 
         def capture(model: Any = model) -> object:
@@ -102,6 +115,29 @@ def _build_workloads(store: str, quick: bool) -> dict[str, Callable[[], object]]
         workloads[f"capture/{name}"] = capture
         workloads[f"health_stats/{name}"] = health_stats
         workloads[f"nan_origin/{name}"] = nan_origin
+        if compare_models is not None:
+            twin = copy.deepcopy(model)
+
+            def diff(model: Any = model, twin: Any = twin) -> object:
+                with torch.no_grad():
+                    return compare_models(model, twin, lambda m: m(batches[0]))
+
+            workloads[f"diff/{name}"] = diff
+        if TrainingMonitor is not None:
+            trained = copy.deepcopy(model).train()
+            monitor = TrainingMonitor(trained, every=1)
+            target = torch.randint(0, 10, (batches[0].shape[0],))
+
+            def step(trained: Any = trained, target: Any = target) -> object:
+                trained.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(trained(batches[0]), target)
+                loss.backward()
+                return loss
+
+            def monitor_step(monitor: Any = monitor, step: Any = step) -> object:
+                return monitor.run_step(step)
+
+            workloads[f"monitor_step/{name}"] = monitor_step
     return workloads
 
 
@@ -120,10 +156,12 @@ def worker(store: str, quick: bool) -> None:
         name, _, count = name.partition(" ")
         best = float("inf")
         # The best of a few calls: other tenants of a shared machine only ever add time.
+        # The diff runs model B in a thread: process CPU time counts both forwards.
+        clock = time.process_time if name.startswith("diff/") else time.thread_time
         for _ in range(int(count or 1)):
-            start = time.thread_time()
+            start = clock()
             workloads[name]()
-            best = min(best, time.thread_time() - start)
+            best = min(best, clock() - start)
         print(json.dumps({"name": name, "seconds": best}), flush=True)
 
 

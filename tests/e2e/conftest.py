@@ -253,6 +253,9 @@ class Lab:
         self.page.wait_for_function(
             "(d) => document.body.dataset.jpThemeLight === (d ? 'false' : 'true')", arg=dark
         )
+        # Lab covers the page with its splash (a dimming overlay and the animated round
+        # logo) while the theme loads: a screenshot taken before it fades shows both.
+        self.page.wait_for_function("() => !document.getElementById('jupyterlab-splash')")
 
 
 @pytest.fixture

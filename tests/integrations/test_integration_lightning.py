@@ -63,7 +63,9 @@ class Planted(nn.Module):
         return out
 
 
-def _module_class(pl: types.ModuleType, manual: bool = False) -> type:
+def _module_class(
+    pl: types.ModuleType, manual: bool = False, fail_at_call: int | None = None
+) -> type:
     class Regressor(pl.LightningModule):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
@@ -82,6 +84,8 @@ def _module_class(pl: types.ModuleType, manual: bool = False) -> type:
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             self.steps_run += 1
+            if self.steps_run == fail_at_call:
+                raise ValueError("the data were bad")
             self.mid.batch_idx = batch_idx
             x, y = batch
             loss = (self(x) - y).square().mean()
@@ -186,6 +190,18 @@ def test_manual_optimization_is_refused(pl: types.ModuleType, adapter: types.Mod
         _fit(pl, module, [callback])
     assert module.steps_run == 0
     assert leftover_hooks(module.modules()) == []
+
+
+def test_a_step_that_raises_leaves_no_hooks(
+    pl: types.ModuleType, adapter: types.ModuleType
+) -> None:
+    module = _module_class(pl, fail_at_call=3)()  # step 2, a sampled step: hooks armed
+    callback = adapter.TrainingMonitorCallback(every=2)
+    with pytest.raises(ValueError, match="the data were bad"):
+        _fit(pl, module, [callback])
+    assert leftover_hooks(module.modules()) == []
+    assert callback.monitor.begin_step() == 3  # free again
+    callback.monitor.abort_step()
 
 
 def test_bad_monitor_arguments_fail_at_construction(adapter: types.ModuleType) -> None:

@@ -67,8 +67,9 @@ class Planted(nn.Module):
 class Regressor(nn.Module):
     """A plain module the Trainer accepts: keyword inputs, a dict with the loss."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_at_call: int | None = None) -> None:
         super().__init__()
+        self.fail_at_call = fail_at_call
         torch.manual_seed(0)
         self.enc = nn.Linear(4, 4)
         self.drop = nn.Dropout(0.25)  # the replay must draw the same mask
@@ -80,6 +81,8 @@ class Regressor(nn.Module):
         self, x: torch.Tensor, poison: torch.Tensor, labels: torch.Tensor
     ) -> dict[str, torch.Tensor]:
         self.calls += 1
+        if self.calls == self.fail_at_call:
+            raise ValueError("the data were bad")
         h = self.mid(self.drop(torch.tanh(self.enc(x))), poison)
         return {"loss": (self.head(h) - labels).square().mean()}
 
@@ -188,6 +191,18 @@ def test_record_mode_keeps_training_with_accumulated_batches(
     assert monitor.history.steps == (0, 1, 2, 3)
     assert "training_step" not in trainer.__dict__  # unwrapped at on_train_end
     assert leftover_hooks(model.modules()) == []
+
+
+def test_a_step_that_raises_leaves_no_hooks(
+    hf: types.ModuleType, adapter: types.ModuleType, tmp_path: Path
+) -> None:
+    model = Regressor(fail_at_call=3)  # step 2, a sampled step (every=2): hooks armed
+    callback = adapter.TrainingMonitorCallback(every=2)
+    with pytest.raises(ValueError, match="the data were bad"):
+        _train(hf, tmp_path, model, [callback], set())
+    assert leftover_hooks(model.modules()) == []
+    assert callback.monitor.begin_step() == 3  # free again
+    callback.monitor.abort_step()
 
 
 def test_bad_monitor_arguments_fail_at_construction(adapter: types.ModuleType) -> None:

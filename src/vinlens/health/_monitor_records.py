@@ -27,13 +27,23 @@ HistoryField = Literal[
     "nan_count",
     "posinf_count",
     "neginf_count",
+    "headroom_bits",
 ]
-#: The output summary's fields, in the order of a history row (its grad norm last).
-SUMMARY_FIELDS: tuple[str, ...] = get_args(HistoryField)[1:]
+#: History fields that are not fields of the output summary (after the grad norm in a row).
+EXTRA_FIELDS: tuple[str, ...] = ("headroom_bits",)
+#: The output summary's fields, in the order of a history row (its grad norm, then the
+#: :data:`EXTRA_FIELDS`, last).
+SUMMARY_FIELDS: tuple[str, ...] = tuple(
+    f for f in get_args(HistoryField)[1:] if f not in EXTRA_FIELDS
+)
 GRAD_NORM = len(SUMMARY_FIELDS)
-COLUMNS: dict[str, int] = {name: i for i, name in enumerate(SUMMARY_FIELDS)} | {
-    "grad_norm": GRAD_NORM
-}
+#: Column of the sampled step's precision headroom (bits, for its low-precision dtype).
+HEADROOM = GRAD_NORM + 1
+#: Columns of one module's history row.
+ROW_WIDTH = HEADROOM + 1
+#: The fields of a history row, in order (the run log's ``fields``).
+ROW_FIELDS: tuple[str, ...] = (*SUMMARY_FIELDS, "grad_norm", *EXTRA_FIELDS)
+COLUMNS: dict[str, int] = {name: i for i, name in enumerate(ROW_FIELDS)}
 
 
 COMPILED_FINITE = (
@@ -64,6 +74,13 @@ class NonFiniteEvent:
             eager replay's. None there means the compiled step's NaN or Inf did not recur
             eagerly (made by the compiled code's own numerics, or by random numbers it drew
             itself), and a ``RuntimeWarning`` says so.
+        skipped_by_scaler: The monitor's ``scaler`` (a ``torch.amp.GradScaler``) skips this
+            step's optimizer step (its gradients overflowed at the loss scale): expected,
+            never raised for, unless the scaler's limits (``min_scale``,
+            ``max_skipped_streak``) were passed. Kept for the first skipped step of each
+            streak (its origin named) and for the step that passed a limit.
+        loss_scale: The scaler's loss scale this step's gradients were scaled by (None
+            without a ``scaler``).
     """
 
     step: int
@@ -72,6 +89,8 @@ class NonFiniteEvent:
     made_on_ranks: tuple[int, ...] = ()
     replayed: bool = True
     replayed_eagerly: bool = False
+    skipped_by_scaler: bool = False
+    loss_scale: float | None = None
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -79,9 +98,12 @@ class NonFiniteGradientError(RuntimeError):
 
     Attributes:
         event: The recorded :class:`NonFiniteEvent`.
+        reason: Why a step the ``scaler`` skips was raised for (the loss scale fell below
+            ``min_scale``, or a streak of skipped steps passed ``max_skipped_streak``);
+            None for any other non-finite step.
     """
 
-    def __init__(self, event: NonFiniteEvent) -> None:
+    def __init__(self, event: NonFiniteEvent, *, reason: str | None = None) -> None:
         origin = event.origin
         where = (
             "not replayed (end_step got no replay function), origin unknown"
@@ -104,8 +126,10 @@ class NonFiniteGradientError(RuntimeError):
             where += f" on rank {event.rank}; the replays found an origin on rank(s) " + ", ".join(
                 map(str, made)
             )
-        super().__init__(f"step {event.step}: non-finite parameter gradients, {where}")
+        why = "" if reason is None else f" ({reason})"
+        super().__init__(f"step {event.step}: non-finite parameter gradients{why}, {where}")
         self.event = event
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -120,12 +144,18 @@ class ModuleHistory:
         grad_norm_total: Statistics of ``grad_norm`` over every sampled step of the run,
             including those that left the ring.
         output_total: Summary of the outputs over every sampled step of the run.
+        headroom_bits: Precision headroom of the module's outputs, one float per sampled
+            step: ``log2(finfo(dtype).max / abs_max)`` for the step's low-precision dtype
+            (the autocast dtype, else a float16/bfloat16 output's own), as
+            :func:`~vinlens.health.precision_headroom` computes it (-inf when an output held
+            an infinity); NaN when the step had no such dtype or the module did not run.
     """
 
     grad_norm: tuple[float, ...]
     output: tuple[TensorSummary, ...]
     grad_norm_total: TensorSummary
     output_total: TensorSummary
+    headroom_bits: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,7 +180,8 @@ class HistoryMatrix:
     """One statistic of every module over the sampled steps in the ring.
 
     Attributes:
-        field: ``"grad_norm"`` or a :class:`TensorSummary` field of the outputs.
+        field: ``"grad_norm"``, ``"headroom_bits"`` or a :class:`TensorSummary` field of the
+            outputs.
         steps: Sampled step numbers, oldest first (the columns).
         module_paths: The rows.
         values: ``float64`` array of shape ``(len(module_paths), len(steps))``.

@@ -28,10 +28,20 @@ import numpy as np
 import torch
 from torch import nn
 
+from vinlens.health._monitor_amp import (
+    LossScales,
+    LowPrecision,
+    ScalerWatch,
+    headroom_bits,
+    unscaled_norms,
+)
 from vinlens.health._monitor_records import (
     COLUMNS,
     COMPILED_FINITE,
     GRAD_NORM,
+    HEADROOM,
+    ROW_FIELDS,
+    ROW_WIDTH,
     SUMMARY_FIELDS,
     HistoryField,
     HistoryMatrix,
@@ -73,6 +83,7 @@ __all__ = [
     "EVENTS_KEPT",
     "HISTORY_SAMPLES",
     "HistoryMatrix",
+    "LossScales",
     "ModuleHistory",
     "ModuleTotals",
     "MonitorTotals",
@@ -125,6 +136,20 @@ class TrainingMonitor:
             agree on each step's verdict, one tiny all-reduce per step), ``"local"`` (this
             rank alone, no collective), or None: ``"all"`` for a DDP or FSDP2 model, else
             ``"local"``. See :mod:`vinlens.health.distributed`.
+        scaler: The ``torch.amp.GradScaler`` scaling the loss, or None. A step whose
+            gradients overflow is then one the scaler skips: expected, recorded in
+            :attr:`skipped_steps` (the first of each streak also in :attr:`events`, its
+            origin named, ``skipped_by_scaler=True``), never raised for unless a limit
+            below is passed. The history's gradient norms are unscaled, and
+            :attr:`loss_scales` holds every step's scale.
+        optimizers: The optimizers the scaler steps (an optimizer or a sequence), needed
+            only when several optimizers step the model and the loop calls
+            ``scaler.unscale_`` on some of them before :meth:`end_step`; without them an
+            ``unscale_`` this step counts for every gradient.
+        min_scale: With a ``scaler``: raise (``on_nonfinite="raise"``) at the skipped step
+            whose backoff takes the loss scale below ``min_scale``.
+        max_skipped_streak: With a ``scaler``: raise at a skipped step past this many in a
+            row (the scale keeps falling and the gradients stay non-finite).
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -143,6 +168,10 @@ class TrainingMonitor:
         storage_options: Mapping[str, Any] | None = None,
         replay_max_bytes: int = 256 << 20,
         ranks: Literal["all", "local"] | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+        min_scale: float = 1.0,
+        max_skipped_streak: int = 10,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -173,22 +202,26 @@ class TrainingMonitor:
         self._step = 0
         self._samples = 0
         self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
-        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), GRAD_NORM + 1), math.nan)
+        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), ROW_WIDTH), math.nan)
         self._totals = MonitorTotals(self.module_paths)
         self._listeners: list[Callable[[TrainingMonitor], None]] = []
         self._ranks = RankSync(model, self._parameters, ranks)
         self.rank = self._ranks.rank
         self._log: RunLogWriter | None = None
         self._last_norm = math.nan
+        self._amp = (
+            None
+            if scaler is None
+            else ScalerWatch(scaler, optimizers, min_scale, max_skipped_streak)
+        )
+        self._low = LowPrecision()  # the sampled step's low-precision dtype
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
         if log_dir is not None:
             from vinlens.health.runlog.writer import open_monitor_log
 
-            self._log = open_monitor_log(
-                self, log_dir, storage_options, (*SUMMARY_FIELDS, "grad_norm")
-            )
+            self._log = open_monitor_log(self, log_dir, storage_options, ROW_FIELDS)
 
     # ------------------------------------------------------------------ the loop
 
@@ -214,6 +247,19 @@ class TrainingMonitor:
     def last_nonfinite_step(self) -> int | None:
         """The latest non-finite step (kept in :attr:`events` or only counted), or None."""
         return self._last_nonfinite_step
+
+    @property
+    def skipped_steps(self) -> tuple[int, ...]:
+        """The steps the ``scaler`` skips (gradients not finite at the loss scale), in order;
+        () without a scaler."""
+        return () if self._amp is None else self._amp.skipped_steps
+
+    @property
+    def loss_scales(self) -> LossScales:
+        """The ``scaler``'s loss scale of every ended step (empty without a scaler)."""
+        if self._amp is None:
+            return LossScales(np.empty(0, np.int64), np.empty(0, np.float64))
+        return self._amp.loss_scales()
 
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
@@ -293,10 +339,12 @@ class TrainingMonitor:
                 ]
                 outputs = ActivationAccumulator()
                 fold = outputs.update
+                self._low = low = LowPrecision()
 
                 def post(label: str, args: tuple[Any, ...], output: Any) -> None:
                     if threading.get_ident() == owner:  # not an eval/serving thread's forward
                         fold(label, output)
+                        low.note(output)
 
                 # Eagerly, so that a compiled model's hooks fire and dynamo never traces
                 # them; released when the step ends or is abandoned.
@@ -406,6 +454,9 @@ class TrainingMonitor:
         self, open_step: OpenStep, result: object, replay: Callable[[], object] | None
     ) -> NonFiniteEvent | None:
         step, sampled = open_step.step, open_step.outputs is not None
+        amp = self._amp if self._amp is not None and self._amp.enabled else None
+        if amp is not None:
+            amp.read(step)  # the scale this step's gradients carry
         parameters = self._watched()
         grads = self._ranks.local([p.grad for p in parameters])
         if open_step.outputs is not None:
@@ -416,6 +467,8 @@ class TrainingMonitor:
             self._log.check()
             self._log.step(step, self._last_norm, result)  # the loss, read when written
         if finite:
+            if amp is not None:
+                amp.finite()
             if sampled:
                 self._notify()
             return None
@@ -423,21 +476,35 @@ class TrainingMonitor:
             keep = len(self._events) < EVENTS_KEPT
             self._nonfinite_count += 1
             self._last_nonfinite_step = step
-        if not keep and self.on_nonfinite == "record":
+        scaled: dict[str, Any] = {}
+        reason = None
+        if amp is not None:  # the scaler skips this step: expected
+            first, reason = amp.skip(step)
+            scaled = {"skipped_by_scaler": True, "loss_scale": amp.scale}
+            if not first and reason is None:
+                self._notify()  # later in its streak: counted in skipped_steps only
+                return NonFiniteEvent(step, None, self.rank, replayed=False, **scaled)
+        if not keep and (self.on_nonfinite == "record" or (amp is not None and reason is None)):
             self._notify()  # counted only (see EVENTS_KEPT): neither kept nor replayed
-            return NonFiniteEvent(step, None, self.rank, replayed=False)
+            return NonFiniteEvent(step, None, self.rank, replayed=False, **scaled)
         capture = None
         if self._log is not None:
             capture = self._log.capture(unwrap_model(self._module), open_step.start_buffers)
         origin = None
         if replay is not None:
             replayed = replay if capture is None else capture.wrap(replay)
-            with self._ranks.replaying():
+            with self._ranks.replaying(), amp.replaying() if amp else contextlib.nullcontext():
                 origin = replay_step(self._module, parameters, replayed, open_step.rng)
         made_on = self._ranks.made_on_ranks(origin is not None)
         eagerly = replay is not None and bool(compiled_paths(self._module))
         event = NonFiniteEvent(
-            step, origin, self.rank, made_on, replayed=replay is not None, replayed_eagerly=eagerly
+            step,
+            origin,
+            self.rank,
+            made_on,
+            replayed=replay is not None,
+            replayed_eagerly=eagerly,
+            **scaled,
         )
         if eagerly and origin is None:
             warnings.warn(
@@ -451,11 +518,11 @@ class TrainingMonitor:
                 self._events.append(event)
         if self._log is not None:
             self._log.nonfinite(
-                step, self.rank, origin, capture, open_step.rng, self.replay_max_bytes
+                step, self.rank, origin, capture, open_step.rng, self.replay_max_bytes, scaled
             )
         self._notify()
-        if self.on_nonfinite == "raise":
-            raise NonFiniteGradientError(event)
+        if self.on_nonfinite == "raise" and (amp is None or reason is not None):
+            raise NonFiniteGradientError(event, reason=reason)
         return event
 
     def _watched(self) -> list[nn.Parameter]:
@@ -498,11 +565,12 @@ class TrainingMonitor:
         module_norms = [math.sqrt(s) if h else math.nan for s, h in zip(squares, has, strict=True)]
         stats = outputs.finish().modules
         empty = SummaryAccumulator().finish()
-        block = np.empty((len(self.module_paths), GRAD_NORM + 1))
+        block = np.empty((len(self.module_paths), ROW_WIDTH))
         for row, path in enumerate(self.module_paths):
             summary = stats.get(path, empty)
             block[row, :GRAD_NORM] = [getattr(summary, f) for f in SUMMARY_FIELDS]
             block[row, GRAD_NORM] = module_norms[row]
+            block[row, HEADROOM] = headroom_bits(summary, self._low.dtype)
         with self._lock:
             slot = self._samples % HISTORY_SAMPLES
             self._ring_steps[slot] = step
@@ -516,14 +584,27 @@ class TrainingMonitor:
 
     def _checked_norms(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, Sequence[float]]:
         """Every rank's verdict and each parameter's gradient norm (global when sharded)."""
-        norms = parameter_norms(grads)
-        finite = all(math.isfinite(n) for n in norms) or all_finite(grads)
-        return self._ranks.agree_norms(finite, norms)
+        local = parameter_norms(grads)
+        finite = all(math.isfinite(n) for n in local) or all_finite(grads)
+        finite, norms = self._ranks.agree_norms(finite, local)
+        if self._amp is not None and self._amp.enabled:  # the history's norms are unscaled
+            norms = unscaled_norms(norms, self._amp.divisors(self._parameters))
+        return finite, norms
 
     def _checked_norm(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         """Every rank's verdict and the global gradient norm."""
+        divisor = 1.0
+        if self._amp is not None and self._amp.enabled:
+            divisors = self._amp.divisors(self._parameters)
+            if not isinstance(divisors, float):  # some optimizers unscaled, some not
+                return self._checked_per_parameter(grads)
+            divisor = divisors
         if not self._ranks.per_parameter:
-            return self._ranks.agree_norm(*finite_norm(grads))
+            finite, norm = self._ranks.agree_norm(*finite_norm(grads))
+            return finite, norm / divisor
+        return self._checked_per_parameter(grads)
+
+    def _checked_per_parameter(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
         finite, norms = self._checked_norms(grads)
         return finite, math.sqrt(math.fsum(n * n for n in norms))
 
@@ -572,6 +653,7 @@ class TrainingMonitor:
                 output=tuple(summary_of_row(v) for v in values),
                 grad_norm_total=totals[path].grad_norm,
                 output_total=totals[path].output,
+                headroom_bits=tuple(float(v) for v in values[:, HEADROOM]),
             )
         return TrainingHistory(steps, types.MappingProxyType(modules), steps_run, samples)
 

@@ -20,6 +20,7 @@ from vinlens.health.summaries import (
     floating_tensors,
     labelled_modules,
     reducible,
+    summarizable,
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
@@ -89,6 +90,10 @@ class ActivationAccumulator:
         accumulator = self._modules.get(module_path)
         if accumulator is None:
             accumulator = self._modules[module_path] = SummaryAccumulator()
+        if isinstance(value, torch.Tensor):  # the common output: no walk, no closure
+            if summarizable(value):
+                accumulator.merge(self._cache.moments(reducible(value)))
+            return self
         truncated = self._truncated
         for _, tensor in floating_tensors(
             value, "output", truncated=lambda: truncated.setdefault(module_path, None)

@@ -110,7 +110,11 @@ class TrainingMonitorCallback(TrainerCallback):
         original = trainer.training_step
 
         def training_step(model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-            loss = original(model, inputs, num_items_in_batch)
+            try:
+                loss = original(model, inputs, num_items_in_batch)
+            except BaseException:
+                self._abandon()  # the Trainer has no exception event: remove the hooks here
+                raise
             if self._batches is not None:
                 self._batches.append((model, inputs, num_items_in_batch))
                 self._losses.append(loss)

@@ -366,19 +366,19 @@ class ModelCapture:
         index = self._calls.begin(label, args, None)
         # The common call, tensors passed positionally: the same records, in the same
         # order and under the same node quota, as the general walk below makes.
-        if (
-            not kwargs
-            and len(args) + 2 <= self._limits.max_traversal_nodes
-            and all(isinstance(arg, torch.Tensor) for arg in args)
-        ):
-            try:
-                for position, arg in enumerate(args):
-                    self._record(label, index, "input", _arg_path(position), arg)
-                    if self._exhausted:
-                        return
-            except Exception as error:  # an exotic tensor subclass must not break forward
-                _warn_stopped(label, index, "input", error)
-            return
+        if not kwargs and len(args) + 2 <= self._limits.max_traversal_nodes:
+            for arg in args:  # a loop, not all(generator): this runs for every call
+                if not isinstance(arg, torch.Tensor):
+                    break
+            else:
+                try:
+                    for position, arg in enumerate(args):
+                        self._record(label, index, "input", _arg_path(position), arg)
+                        if self._exhausted:
+                            return
+                except Exception as error:  # an exotic tensor subclass must not break forward
+                    _warn_stopped(label, index, "input", error)
+                return
         roots: tuple[_WalkItem, ...] = (("args", args), ("kwargs", kwargs))
         self._walk(label, index, "input", roots)
 

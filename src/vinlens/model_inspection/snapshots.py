@@ -8,6 +8,8 @@ costs the same as a tiny one. :class:`CaptureLimits` are the quotas of one captu
 
 from __future__ import annotations
 
+import array
+import ctypes
 import dataclasses
 import itertools
 from collections.abc import Mapping
@@ -205,6 +207,23 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
+# Dtypes whose leading bytes ``array.array`` reads as the same Python scalars as torch's
+# ``tolist`` (only codes whose item size matches on this platform).
+_ARRAY_CODES: dict[torch.dtype, str] = {
+    dtype: code
+    for dtype, code, size in (
+        (torch.float32, "f", 4),
+        (torch.float64, "d", 8),
+        (torch.int8, "b", 1),
+        (torch.uint8, "B", 1),
+        (torch.int16, "h", 2),
+        (torch.int32, "i", 4),
+        (torch.int64, "q", 8),
+    )
+    if array.array(code).itemsize == size
+}
+
+
 def _row_major_prefix(tensor: torch.Tensor, count: int) -> tuple[SampleScalar, ...]:
     """The first ``count`` elements in row-major order as Python scalars.
 
@@ -212,6 +231,14 @@ def _row_major_prefix(tensor: torch.Tensor, count: int) -> tuple[SampleScalar, .
     device) and yields Python floats for float16/bfloat16/float8, so values can
     never alias the source storage or carry autograd state.
     """
+    if type(tensor) is torch.Tensor and tensor.device.type == "cpu" and tensor.is_contiguous():
+        code = _ARRAY_CODES.get(tensor.dtype)
+        if code is not None and not tensor.is_neg():
+            # The common activation: a copy of its leading ``count`` elements' bytes (a
+            # contiguous tensor's data pointer is its first element), read as Python
+            # scalars: a third of a NumPy view's cost inside a hook.
+            size = count * tensor.element_size()
+            return tuple(array.array(code, ctypes.string_at(tensor.data_ptr(), size)).tolist())
     if (
         type(tensor) is torch.Tensor
         and tensor.device.type == "cpu"

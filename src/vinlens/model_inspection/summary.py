@@ -279,11 +279,16 @@ class SummaryCache(_TensorMemo):
 
     def moments(self, tensor: torch.Tensor) -> SummaryAccumulator:
         """The moments of ``tensor``, reduced now unless cached (do not modify them)."""
-        cached = self.get(tensor)
-        if cached is not None:
-            return cached
+        inference = tensor.is_inference()
+        if not inference:  # get, inlined: this runs for every module output
+            entry = self._entries.get(id(tensor))
+            if entry is not None and entry[0]() is tensor and entry[1] == tensor._version:
+                cached = entry[2]
+                if isinstance(cached, SummaryAccumulator):
+                    return cached
         moments = SummaryAccumulator().update(tensor)
-        self._put(tensor, moments)
+        if not inference:
+            self._put(tensor, moments)
         return moments
 
     def summary(self, tensor: torch.Tensor) -> TensorSummary:

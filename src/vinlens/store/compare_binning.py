@@ -52,6 +52,7 @@ __all__ = [
     "DISPLAY_BINS",
     "FLOAT32_RELATIVE_RESOLUTION",
     "JS_BINS",
+    "PENDING_VALUES",
     "PSI_BINS",
     "PSI_EPSILON",
     "DriftMetrics",
@@ -122,16 +123,27 @@ def _f16_to_f32() -> np.ndarray:
     return _F16_TO_F32
 
 
-def _folded(values: np.ndarray, dtype: type[np.floating[Any]]) -> np.ndarray:
-    """``values`` as ``dtype`` with -0.0 folded into +0.0 and every NaN payload into one NaN."""
-    flat = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
-    zero = flat.dtype.type(0)
-    # x + 0.0 is +0.0 for both zeros and x for every other value (IEEE 754 round to nearest).
-    with np.errstate(invalid="ignore"):
-        out: np.ndarray = flat + zero
-    nan = np.isnan(out)
+#: Per float dtype: its bits' unsigned type, the mask of all bits but the sign, the
+#: pattern of +inf (a larger magnitude is a NaN) and the pattern of ``dtype(nan)``.
+_BIT_LAYOUT: dict[type[np.floating[Any]], tuple[type[np.unsignedinteger[Any]], int, int, int]] = {
+    np.float16: (np.uint16, 0x7FFF, 0x7C00, 0x7E00),
+    np.float32: (np.uint32, 0x7FFFFFFF, 0x7F800000, 0x7FC00000),
+}
+
+
+def _folded_bits(values: np.ndarray, dtype: type[np.floating[Any]]) -> np.ndarray:
+    """Bit patterns of ``values`` as ``dtype``, -0.0 folded into +0.0, every NaN into one.
+
+    On the integer patterns (a new array; ``values`` is never written to): a zero
+    magnitude becomes +0.0 and a magnitude above infinity's becomes ``dtype(nan)``.
+    """
+    uint, magnitude_mask, inf_bits, nan_bits = _BIT_LAYOUT[dtype]
+    bits = np.ascontiguousarray(values, dtype=dtype).reshape(-1).view(uint)
+    magnitude = bits & uint(magnitude_mask)
+    out: np.ndarray = np.where(magnitude == 0, uint(0), bits)
+    nan = magnitude > uint(inf_bits)
     if nan.any():
-        out[nan] = flat.dtype.type(np.nan)
+        out[nan] = uint(nan_bits)
     return out
 
 
@@ -140,8 +152,25 @@ def float32_bins(values: np.ndarray) -> np.ndarray:
 
     -0.0 is binned as +0.0 and all NaN payloads as one NaN: equal numbers share a bin.
     """
-    flat = _folded(values, np.float32)
-    return (flat.view(np.uint32) >> 16).astype(np.uint16)
+    return (_folded_bits(values, np.float32) >> 16).astype(np.uint16)
+
+
+#: Bin indices a float histogram holds uncounted before it adds them into its 65,536 bins.
+#: A small batch (one camera of a few rows) is then never worth a pass over every bin: it
+#: is kept as its indices, merging appends them, and they are counted in place once this
+#: many have gathered (or when the counts are read).
+PENDING_VALUES = 1 << 18
+#: Batches at least this large are counted over all bins (``float16_counts``) and added in
+#: place; smaller ones are added index by index (``np.add.at``, cost proportional to them).
+_DENSE_BATCH = 1 << 14
+
+
+def _count_into(counts: np.ndarray, patterns: np.ndarray) -> None:
+    """Add the counts of the uint16 bin indices ``patterns`` into ``counts`` in place."""
+    if patterns.size >= _DENSE_BATCH:
+        counts += float16_counts(patterns.view(np.float16))
+    elif patterns.size:
+        np.add.at(counts, patterns, 1)
 
 
 class FieldHistogram:
@@ -150,18 +179,28 @@ class FieldHistogram:
     Follows the accumulator protocol: :meth:`update` adds values in place, :meth:`merge`
     adds another histogram's counts into this one and never changes the other.
     Non-finite values are not counted (the scan reports them as integrity problems).
+    Counts are added into the bins in place; small batches wait as bin indices
+    (:data:`PENDING_VALUES`) and :attr:`counts` counts them in before it answers.
     """
 
-    __slots__ = ("counts", "dtype", "integers", "kind", "moments")
+    __slots__ = ("_counts", "_pending", "_pending_size", "dtype", "integers", "kind", "moments")
 
     def __init__(self, kind: str, dtype: str) -> None:
         if kind not in (FLOAT16, FLOAT32, INTEGER):
             raise ValueError(f"histogram kind must be float16, float32 or integer, got {kind!r}")
         self.kind = kind
         self.dtype = dtype
-        self.counts: np.ndarray | None = None  # int64 per bin (float kinds)
+        self._counts: np.ndarray | None = None  # int64 per bin (float kinds)
+        self._pending: list[np.ndarray] = []  # uint16 bin indices not yet in _counts
+        self._pending_size = 0
         self.integers: Counter[int] = Counter()  # value -> count (integer kind)
         self.moments = Moments()  # float32 moments (float16 ones follow from the counts)
+
+    @property
+    def counts(self) -> np.ndarray | None:
+        """int64 count per bin (float kinds; ``None`` before any value), pending ones in."""
+        self._flush()
+        return self._counts
 
     @classmethod
     def for_dtype(cls, dtype: np.dtype[Any] | str) -> FieldHistogram:
@@ -174,8 +213,19 @@ class FieldHistogram:
             return cls(INTEGER, d.name)
         raise ValueError(f"cannot compare values of dtype {d.name!r}: expected a number")
 
-    def update(self, values: np.ndarray) -> int:
-        """Add ``values`` (any shape); returns how many were not finite (not counted)."""
+    def update(self, values: np.ndarray, *, also: FieldHistogram | None = None) -> int:
+        """Add ``values`` (any shape); returns how many were not finite (not counted).
+
+        ``also`` (a histogram of the same kind, e.g. the whole field beside one camera's
+        part) gets the same values, binned once: equal to updating a fresh histogram with
+        ``values`` and merging it into both.
+        """
+        if also is not None and (also.kind != self.kind or self.kind == INTEGER):
+            one = FieldHistogram(self.kind, self.dtype)
+            nonfinite = one.update(values)
+            self.merge(one)
+            also.merge(one)
+            return nonfinite
         if values.size == 0:
             return 0
         if self.kind == INTEGER:
@@ -183,20 +233,55 @@ class FieldHistogram:
             self.integers.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
             return 0
         if self.kind == FLOAT16:
-            counts = float16_counts(_folded(values, np.float16))
-        else:
+            patterns = _folded_bits(values, np.float16)
+            # Infinities and NaNs: every exponent bit set.
+            nonfinite = int(np.count_nonzero((patterns & 0x7C00) == 0x7C00))
+        elif also is None:
             nonfinite = self.moments.update(values)
-            counts = float16_counts(float32_bins(values).view(np.float16))
-            self._add(counts)
-            return nonfinite
-        self._add(counts)
-        return int(counts[_table(FLOAT16).nonfinite].sum())
-
-    def _add(self, counts: np.ndarray) -> None:
-        if self.counts is None:
-            self.counts = counts.astype(np.int64, copy=True)
+            patterns = float32_bins(values)
         else:
-            self.counts += counts
+            moments = Moments()
+            nonfinite = moments.update(values)
+            self.moments.merge(moments)
+            also.moments.merge(moments)
+            patterns = float32_bins(values)
+        self._add_patterns(patterns)
+        if also is not None:
+            if also.dtype != self.dtype:
+                also.dtype = np.promote_types(also.dtype, self.dtype).name
+            also._add_patterns(patterns)
+        return nonfinite
+
+    def _dense(self) -> np.ndarray:
+        if self._counts is None:
+            self._counts = np.zeros(1 << 16, dtype=np.int64)
+        return self._counts
+
+    def _add_patterns(self, patterns: np.ndarray) -> None:
+        if patterns.size >= PENDING_VALUES:
+            _count_into(self._dense(), patterns)
+            return
+        # Kept, never written to: the arrays are this histogram's own (or, after a merge,
+        # shared read-only with the other histogram).
+        self._pending.append(patterns)
+        self._pending_size += int(patterns.size)
+        if self._pending_size >= PENDING_VALUES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending = self._pending
+        patterns = pending[0] if len(pending) == 1 else np.concatenate(pending)
+        self._pending = []
+        self._pending_size = 0
+        _count_into(self._dense(), patterns)
+
+    def _add_counts(self, counts: np.ndarray) -> None:
+        if self._counts is None:
+            self._counts = counts.astype(np.int64, copy=True)
+        else:
+            self._counts += counts
 
     def merge(self, other: FieldHistogram) -> FieldHistogram:
         """Add ``other``'s counts into this histogram (``other`` is never changed).
@@ -216,16 +301,21 @@ class FieldHistogram:
                 self._widen()
             other = other.copy()
             other._widen()
-        self.dtype = np.promote_types(self.dtype, other.dtype).name
-        if other.counts is not None:
-            self._add(other.counts)
+        if other.dtype != self.dtype:
+            self.dtype = np.promote_types(self.dtype, other.dtype).name
+        if other._counts is not None:
+            self._add_counts(other._counts)
+        for patterns in other._pending:
+            self._add_patterns(patterns)
         self.integers.update(other.integers)
         self.moments.merge(other.moments)
         return self
 
     def copy(self) -> FieldHistogram:
         out = FieldHistogram(self.kind, self.dtype)
-        out.counts = None if self.counts is None else self.counts.copy()
+        out._counts = None if self._counts is None else self._counts.copy()
+        out._pending = list(self._pending)
+        out._pending_size = self._pending_size
         out.integers = Counter(self.integers)
         out.moments = Moments().merge(self.moments)
         return out
@@ -234,13 +324,14 @@ class FieldHistogram:
         """Move a float16 histogram onto the float32 bins in place (exactly)."""
         if self.kind != FLOAT16:
             return
+        self._flush()
         self.kind = FLOAT32
-        counts16 = self.counts
+        counts16 = self._counts
         if counts16 is None:
             return
         counts = np.zeros(1 << 16, dtype=np.int64)
         np.add.at(counts, _f16_to_f32(), counts16)
-        self.counts = counts
+        self._counts = counts
         # float16 moments follow from the bit-pattern counts; the float32 kind keeps them
         # beside its own exact sums (non-finite patterns are left out at finish).
         own = Moments()
@@ -255,10 +346,11 @@ class FieldHistogram:
             "integers": dict(self.integers),
             "moments": self.moments,
         }
-        if self.counts is not None:
-            used = np.flatnonzero(self.counts)
+        counts = self.counts
+        if counts is not None:
+            used = np.flatnonzero(counts)
             state["bins"] = used.astype(np.uint16)
-            state["bin_counts"] = self.counts[used]
+            state["bin_counts"] = counts[used]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -266,11 +358,13 @@ class FieldHistogram:
         self.dtype = state["dtype"]
         self.integers = Counter(state["integers"])
         self.moments = state["moments"]
-        self.counts = None
+        self._counts = None
+        self._pending = []
+        self._pending_size = 0
         if "bins" in state:
             counts = np.zeros(1 << 16, dtype=np.int64)
             counts[state["bins"].astype(np.intp)] = state["bin_counts"]
-            self.counts = counts
+            self._counts = counts
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FieldHistogram):
@@ -294,7 +388,8 @@ class FieldHistogram:
             return HistogramSummary(
                 INTEGER, self.dtype, n, s / n, math.sqrt(variance), values, counts
             )
-        counts = self.counts if self.counts is not None else np.zeros(1 << 16, dtype=np.int64)
+        flushed = self.counts
+        counts = flushed if flushed is not None else np.zeros(1 << 16, dtype=np.int64)
         table = _table(self.kind)
         ordered = counts[table.order]
         keep = ordered > 0

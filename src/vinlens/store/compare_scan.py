@@ -200,11 +200,14 @@ def run_compare_task(task: CompareTask) -> ComparePartial:
 
 
 def scan_task(reader: VinOfflineStoreReader, task: CompareTask) -> ComparePartial:
-    partial = ComparePartial()
-    side = partial.side(task.side)
+    side: SidePartial | None = None
     for plan in task.plans:
-        side.merge(scan_compare_shard(reader, plan))
-    return partial
+        shard = scan_compare_shard(reader, plan)
+        # The first shard's partial is the task's own: no copy of its histograms.
+        side = shard if side is None else side.merge(shard)
+    if side is None:
+        return ComparePartial()
+    return ComparePartial(a=side) if task.side == "a" else ComparePartial(b=side)
 
 
 # --------------------------------------------------------------------------------------
@@ -316,11 +319,9 @@ class _ShardScan(ShardReads):
                 batch = values if take.size == stop - start else values[take]
                 bad = 0
                 if split:
+                    # Each camera binned once, into its part and the whole field in place.
                     for k, hist in enumerate(parts):
-                        one = FieldHistogram(hist.kind, hist.dtype)
-                        bad += one.update(batch[:, k])
-                        hist.merge(one)
-                        whole.merge(one)
+                        bad += hist.update(batch[:, k], also=whole)
                 else:
                     bad = whole.update(batch)
                 self.nonfinite(spec.name, bad)

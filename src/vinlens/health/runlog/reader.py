@@ -8,6 +8,7 @@ are fetched once, whole, and held.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import struct
@@ -208,8 +209,15 @@ class TrainingRun:
             fields = decode_json(data[offset:end])
             if fields.get("replay"):
                 state.bundles[int(fields["step"])] = f"{state.path}/{fields['replay']}"
+            scale = fields.get("loss_scale")
             state.events.append(
-                NonFiniteEvent(int(fields["step"]), fields.get("origin"), rank=int(fields["rank"]))
+                NonFiniteEvent(
+                    int(fields["step"]),
+                    fields.get("origin"),
+                    rank=int(fields["rank"]),
+                    skipped_by_scaler=bool(fields.get("skipped_by_scaler", False)),
+                    loss_scale=None if scale is None else float(scale),
+                )
             )
 
     def _field(self, state: _Rank, column: int) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -305,9 +313,11 @@ class TrainingRun:
             sample_steps = tuple(state.sample_steps)
             block = np.stack([self._field(state, c) for c in range(len(fields))], axis=1)
         samples = sample_steps
-        summary_fields = [f for f in fields if f != "grad_norm"]
+        summary_fields = [f for f in fields if f in _SUMMARY_NAMES]
         columns = [fields.index(f) for f in summary_fields]
         norm_column = fields.index("grad_norm")
+        # A run logged before the headroom was a history field has none.
+        headroom = fields.index("headroom_bits") if "headroom_bits" in fields else None
         modules: dict[str, ModuleHistory] = {}
         for row, path in enumerate(paths):
             outputs = tuple(
@@ -319,8 +329,9 @@ class TrainingRun:
             for norm, summary in zip(norms, outputs, strict=True):
                 norm_total.update_value(norm)
                 output_total.merge(_accumulator(summary))
+            bits = () if headroom is None else tuple(float(v) for v in block[:, headroom, row])
             modules[path] = ModuleHistory(
-                norms, outputs, norm_total.finish(), output_total.finish()
+                norms, outputs, norm_total.finish(), output_total.finish(), bits
             )
         series = self.step_series(rank)
         steps_run = int(series.steps[-1]) + 1 if len(series.steps) else 0
@@ -364,6 +375,9 @@ class TrainingRun:
 
     def __repr__(self) -> str:
         return f"TrainingRun({self.log_dir!r}, ranks={list(self.ranks)})"
+
+
+_SUMMARY_NAMES = frozenset(f.name for f in dataclasses.fields(TensorSummary))
 
 
 def _summary(names: list[str], values: np.ndarray[Any, Any]) -> TensorSummary:

@@ -204,10 +204,19 @@ class RunLogWriter:
         return ReplayCapture(model, start_buffers)
 
     def nonfinite(
-        self, step: int, rank: int, origin: object, capture: Any, rng: Any, max_bytes: int
+        self,
+        step: int,
+        rank: int,
+        origin: object,
+        capture: Any,
+        rng: Any,
+        max_bytes: int,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         """Record a non-finite step: its replay bundle (the first
-        :data:`MAX_REPLAY_BUNDLES` of the run), then the event, both at once."""
+        :data:`MAX_REPLAY_BUNDLES` of the run), then the event, both at once (``extra``:
+        more fields of its :class:`~vinlens.health.NonFiniteEvent`, such as
+        ``skipped_by_scaler``)."""
         from vinlens.health.runlog.replay import bundle_name
 
         name = None
@@ -223,7 +232,8 @@ class RunLogWriter:
                     self._raised = True
                     raise
         note = capture.inputs_error
-        self.event({"step": step, "rank": rank, "origin": origin, "replay": name, "note": note})
+        fields = {"step": step, "rank": rank, "origin": origin, "replay": name, "note": note}
+        self.event(fields | dict(extra or {}))
 
     def bundle(self, name: str, data: bytes) -> str:
         """Write one replay bundle whole (a local temporary file renamed into place, or one
