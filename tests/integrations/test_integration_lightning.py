@@ -38,6 +38,16 @@ def adapter(pl: types.ModuleType) -> types.ModuleType:
     return importlib.import_module("vinlens.integrations.lightning")
 
 
+class InfBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf")  # an overflow, as a too-high loss scale makes one
+
+
 class NanBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
@@ -55,12 +65,16 @@ class Planted(nn.Module):
         super().__init__()
         self.lin = nn.Linear(4, 4)
         self.poisoned: set[int] = set()
+        self.overflowing: set[int] = set()
         self.batch_idx = -1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.lin(x)
-        out: torch.Tensor = NanBackward.apply(h) if self.batch_idx in self.poisoned else h
-        return out
+        if self.batch_idx in self.poisoned:
+            h = NanBackward.apply(h)
+        if self.batch_idx in self.overflowing:
+            h = InfBackward.apply(h)
+        return h
 
 
 def _module_class(
@@ -183,6 +197,38 @@ def test_record_mode_keeps_training_with_accumulated_batches(
     assert leftover_hooks(module.modules()) == []
 
 
+def test_steps_the_grad_scaler_skips_are_expected(
+    pl: types.ModuleType, adapter: types.ModuleType
+) -> None:
+    # 16-mixed with a GradScaler (on the CPU, where Trainer(precision="16-mixed") would
+    # fall back to bf16 without one): the adapter hands the monitor the plugin's scaler.
+    module = _module_class(pl)()
+    module.mid.overflowing = {1, 2}  # a streak of two overflowing steps
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    precision = pl.plugins.precision.MixedPrecision("16-mixed", "cpu", scaler=scaler)
+    callback = adapter.TrainingMonitorCallback(every=1)  # on_nonfinite="raise"
+    fit = _fit(pl, module, [callback], plugins=[precision])
+    monitor = callback.monitor
+    assert fit.global_step == STEPS and monitor.step == STEPS  # nothing raised
+    assert monitor.skipped_steps == (1, 2)
+    (event,) = monitor.events  # the first step of the streak, its origin named
+    assert event.step == 1 and event.skipped_by_scaler
+    assert event.origin is not None and event.origin.module_path == "mid"
+    scales = monitor.loss_scales
+    assert list(scales.steps) == list(range(STEPS))
+    assert list(scales.scales[:4]) == [2.0**10, 2.0**10, 2.0**9, 2.0**8]
+    assert _finite(module)  # the skipped steps never reached the weights
+    assert leftover_hooks(module.modules()) == []
+
+    # scaler=None given explicitly: no scaler for the monitor, the overflow raises.
+    module = _module_class(pl)()
+    module.mid.overflowing = {1}
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    precision = pl.plugins.precision.MixedPrecision("16-mixed", "cpu", scaler=scaler)
+    with pytest.raises(NonFiniteGradientError):
+        _fit(pl, module, [adapter.TrainingMonitorCallback(scaler=None)], plugins=[precision])
+
+
 def test_manual_optimization_is_refused(pl: types.ModuleType, adapter: types.ModuleType) -> None:
     module = _module_class(pl, manual=True)()
     callback = adapter.TrainingMonitorCallback()
@@ -209,6 +255,26 @@ def test_bad_monitor_arguments_fail_at_construction(adapter: types.ModuleType) -
         adapter.TrainingMonitorCallback(evry=3)
     with pytest.raises(TypeError, match="not model="):
         adapter.TrainingMonitorCallback(model=nn.Linear(1, 1))
+
+
+def test_without_lightning_it_uses_pytorch_lightning(
+    adapter: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytorch_lightning = pytest.importorskip("pytorch_lightning")
+    for name in ("lightning", "lightning.pytorch"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "vinlens.integrations.lightning")
+    fallback = importlib.import_module("vinlens.integrations.lightning")
+    assert issubclass(fallback.TrainingMonitorCallback, pytorch_lightning.Callback)
+    module = _module_class(pytorch_lightning)()
+    module.mid.poisoned = {PLANTED}
+    callback = fallback.TrainingMonitorCallback()
+    with pytest.raises(NonFiniteGradientError) as raised:
+        _fit(pytorch_lightning, module, [callback])
+    assert raised.value.event.step == PLANTED
+    assert raised.value.event.origin is not None
+    assert raised.value.event.origin.module_path == "mid"
+    assert _finite(module)
 
 
 def test_a_missing_lightning_names_the_extra(

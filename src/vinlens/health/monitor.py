@@ -35,6 +35,7 @@ from vinlens.health._monitor_amp import (
     headroom_bits,
     unscaled_norms,
 )
+from vinlens.health._monitor_budget import Budget
 from vinlens.health._monitor_records import (
     COLUMNS,
     COMPILED_FINITE,
@@ -150,6 +151,10 @@ class TrainingMonitor:
             whose backoff takes the loss scale below ``min_scale``.
         max_skipped_streak: With a ``scaler``: raise at a skipped step past this many in a
             row (the scale keeps falling and the gradients stay non-finite).
+        budget: None samples one step in ``every``. A fraction (0.02: 2%) makes the
+            monitor time its own work against the loop's and sample a step only when that
+            keeps its share within ``budget`` (``every`` is then the shortest interval);
+            :attr:`overhead` reports the share (docs/health.md, "An overhead budget").
 
     Raises:
         TypeError: ``model`` is not a module.
@@ -172,6 +177,7 @@ class TrainingMonitor:
         optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         min_scale: float = 1.0,
         max_skipped_streak: int = 10,
+        budget: float | None = None,
     ) -> None:
         check_model(model)
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -214,6 +220,8 @@ class TrainingMonitor:
             else ScalerWatch(scaler, optimizers, min_scale, max_skipped_streak)
         )
         self._low = LowPrecision()  # the sampled step's low-precision dtype
+        self._budget = Budget(budget, every)
+        self.budget: float | None = self._budget.fraction
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
@@ -259,6 +267,14 @@ class TrainingMonitor:
         if self._amp is None:
             return LossScales(np.empty(0, np.int64), np.empty(0, np.float64))
         return self._amp.loss_scales()
+
+    @property
+    def overhead(self) -> float:
+        """The monitor's measured share of the loop's time so far (0.02: 2%): its own work
+        (``begin_step``, the sampled steps' hooks, ``end_step`` without replays, the
+        listeners) over the time from the first ``begin_step`` to the latest ``end_step``
+        (replays excluded); 0.0 before a step ended."""
+        return self._budget.overhead
 
     def run_step(self, step_fn: Callable[[], _Result]) -> _Result:
         """Run one training step and check its gradients; returns what ``step_fn`` returned.
@@ -323,13 +339,14 @@ class TrainingMonitor:
         try:
             step = self._step
             self._step += 1
+            mark, sample = self._budget.begin(step)  # every, or stretched to the budget
             rng = rng_states()
             start_buffers = None
             if self._log is not None:  # the replay bundle's state is the step's start
                 start_buffers = self._log.start_state(self._module)
             outputs: ActivationAccumulator | None = None
             owner = threading.get_ident()
-            if step % self.every == 0:
+            if sample:
                 # The modules at the watched paths now (a layer replaced since is hooked).
                 self._targets = [
                     (path, module)
@@ -339,11 +356,14 @@ class TrainingMonitor:
                 outputs = ActivationAccumulator()
                 fold = outputs.update
                 self._low = low = LowPrecision()
+                clock, spend = self._budget.clock, self._budget.spend
 
                 def post(label: str, args: tuple[Any, ...], output: Any) -> None:
                     if threading.get_ident() == owner:  # not an eval/serving thread's forward
+                        start = clock()
                         fold(label, output)
                         low.note(output)
+                        spend(clock() - start)
 
                 # Eagerly, so that a compiled model's hooks fire and dynamo never traces
                 # them; released when the step ends or is abandoned.
@@ -353,6 +373,7 @@ class TrainingMonitor:
                     self._targets, None, post, use_global=not has_compile_wrappers(self.model)
                 )
             self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks, release_eager)
+            self._budget.spend_since(mark)
         except BaseException:
             if hooks is not None:
                 hooks.remove()
@@ -396,6 +417,7 @@ class TrainingMonitor:
                 f"TrainingMonitor.end_step: step {step.step} was begun on another thread; "
                 "end a step on the thread that began it"
             )
+        mark = self._budget.mark()
         try:
             if step.hooks is not None:
                 step.hooks.remove()
@@ -406,6 +428,7 @@ class TrainingMonitor:
             return self._finish(step, result, replay)
         finally:
             self._open = None
+            self._budget.spend_since(mark, ends_step=True)
             self._running.release()
 
     def abort_step(self) -> bool:
@@ -492,8 +515,12 @@ class TrainingMonitor:
         origin = None
         if replay is not None:
             replayed = replay if capture is None else capture.wrap(replay)
-            with self._ranks.replaying(), amp.replaying() if amp else contextlib.nullcontext():
-                origin = replay_step(self._module, parameters, replayed, open_step.rng)
+            started = self._budget.clock()
+            try:
+                with self._ranks.replaying(), amp.replaying() if amp else contextlib.nullcontext():
+                    origin = replay_step(self._module, parameters, replayed, open_step.rng)
+            finally:  # neither the loop's time nor avoidable by sampling less
+                self._budget.exclude(self._budget.clock() - started)
         made_on = self._ranks.made_on_ranks(origin is not None)
         eagerly = replay is not None and bool(compiled_paths(self._module))
         event = NonFiniteEvent(

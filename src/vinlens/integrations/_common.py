@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from vinlens.health import TrainingMonitor
 
 
@@ -54,3 +56,14 @@ def loss_of(output: object) -> Any:
     if isinstance(output, Mapping):
         output = output.get("loss")
     return output if hasattr(output, "backward") else None
+
+
+def with_scaler(kwargs: Mapping[str, Any], owner: object) -> dict[str, Any]:
+    """``kwargs`` with ``scaler=`` the framework's enabled ``GradScaler`` (``owner.scaler``:
+    Lightning's precision plugin, accelerate's ``Accelerator``) unless one was given, so
+    that the steps the scaler skips are expected, not raised for."""
+    found = dict(kwargs)
+    scaler = getattr(owner, "scaler", None)
+    if "scaler" not in found and isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled():
+        found["scaler"] = scaler
+    return found

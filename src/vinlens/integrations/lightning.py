@@ -42,6 +42,7 @@ from vinlens.integrations._common import (
     missing_extra,
     not_found,
     unbuilt,
+    with_scaler,
 )
 
 __all__ = ["TrainingMonitorCallback"]
@@ -131,7 +132,8 @@ class TrainingMonitorCallback(Callback):
                 "Framework adapters)"
             )
         if self._monitor is None or self._module is not pl_module:
-            self._monitor = TrainingMonitor(pl_module, **self.monitor_kwargs)
+            kwargs = with_scaler(self.monitor_kwargs, trainer.precision_plugin)
+            self._monitor = TrainingMonitor(pl_module, **kwargs)
             self._module = pl_module
         self._abandon()
 

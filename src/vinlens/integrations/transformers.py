@@ -38,6 +38,7 @@ from vinlens.integrations._common import (
     missing_extra,
     not_found,
     unbuilt,
+    with_scaler,
 )
 
 __all__ = ["TrainingMonitorCallback"]
@@ -102,7 +103,8 @@ class TrainingMonitorCallback(TrainerCallback):
             raise RuntimeError(f"{_NAME}: the Trainer passed no model to on_train_begin")
         trainer = _calling_trainer()
         if self._monitor is None or self._model is not model:
-            self._monitor = TrainingMonitor(model, **self.monitor_kwargs)
+            kwargs = with_scaler(self.monitor_kwargs, getattr(trainer, "accelerator", None))
+            self._monitor = TrainingMonitor(model, **kwargs)
             self._model = model
         self._abandon()
         self._unwrap()

