@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import { aggregateMaps, type DatasetPayload } from "../widgets/attribution_viewer";
 import {
-  curveGeometry, originText, replayText, type MonitorPayload, type NonFiniteEvent, type ReplayEntry, type SeriesPayload,
+  curveGeometry, mergeEvents, originText, replayText, type MonitorPayload, type NonFiniteEvent, type ReplayEntry, type SeriesPayload,
 } from "../widgets/training_monitor";
 import { decode, type NDArray, type Table } from "./payload";
 
@@ -117,6 +117,17 @@ describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean",
           }
         }
       }
+    });
+  }
+  for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor_events_message")) {
+    it(`${fixture.name} is one new event`, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      const msg = decode(fixture.state) as { kind: string; start: number; events: NonFiniteEvent[] };
+      expect(msg.kind).toBe("events");
+      expect(msg.start).toBe(0);
+      expect(msg.events.map((e) => e.step)).toEqual([2]);
+      expect(originText(msg.events[0])).toContain("already non-finite where it entered the model");
+      expect(mergeEvents([], msg.events)).toEqual(msg.events);
     });
   }
   for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor_run")) {

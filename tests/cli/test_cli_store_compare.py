@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vinlens.cli import main
+from vinlens.store.compare import DRIFT_METRICS
 from vinlens.store.synthetic import (
     SyntheticStoreSpec,
     make_synthetic_samples,
@@ -76,33 +77,55 @@ def test_compare_errors(
     with pytest.raises(SystemExit) as exc:
         main(["store", "compare", str(a), str(a), "--workers", "2", "--scheduler", "tcp://x:1"])
     assert exc.value.code == 2
-    with pytest.raises(SystemExit):
-        main(["store", "compare", str(a), str(a), "--metric", "mean"])
     capsys.readouterr()
     code = main(["store", "compare", str(a), str(tmp_path / "missing")])
     assert code != 0
     assert str(tmp_path / "missing") in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("metric", ["js_distance", "psi", "wasserstein", "ks_statistic"])
+@pytest.mark.parametrize("metric", DRIFT_METRICS)
 def test_compare_accepts_every_ranking_metric(
     stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str], metric: str
 ) -> None:
+    """Every metric the engine ranks by sorts the table, largest first, its column shown."""
+    from vinlens.cli.store_compare import METRIC_HEADERS
+    from vinlens.store.compare import compare_vin_offline_stores
+
     a, b = stores
     assert main(["store", "compare", str(a), str(b), "--all", "--metric", metric]) == 0
-    assert f"fields by {metric} (largest first)" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    header = lines.index(f"fields by {metric} (largest first)")
+    columns = lines[header + 1].split("  ")
+    assert [c.strip() for c in columns if c.strip()][-5:] == [
+        *(METRIC_HEADERS[m] for m in DRIFT_METRICS),
+        "exact",
+    ]
+    printed = []
+    for line in lines[header + 3 :]:
+        if not line.strip():
+            break
+        printed.append(line.split()[0])
+    ranked = compare_vin_offline_stores(a, b, max_samples=None).most_drifted(metric, k=1000)
+    assert printed == [d.name for d in ranked]
 
 
 def test_compare_unknown_metric_is_one_line_naming_the_choices(
-    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+    stores: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = stores
-    with pytest.raises(SystemExit) as exc:
-        main(["store", "compare", str(a), str(b), "--metric", "mean"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    for name in ("js_distance", "psi", "wasserstein", "ks_statistic", "'mean'"):
-        assert name in err
+    assert main(["store", "compare", str(a), str(b), "--metric", "mean"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "vinlens: error: --metric: unknown drift metric 'mean'; choose one of "
+        + ", ".join(DRIFT_METRICS)
+        + "\n"
+    )
+    # Checked before any store is opened (a missing store is not what it reports).
+    missing = str(tmp_path / "missing")
+    assert main(["store", "compare", missing, missing, "--metric", "KS", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'KS'" in err and missing not in err
 
 
 def test_equal_numbers_compare_equal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

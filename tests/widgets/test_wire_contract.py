@@ -183,6 +183,28 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         report = precision_headroom(net, lambda: net(x * 1e4))
         return TrainingMonitorWidget(monitor, precision=report, interval=0)
 
+    def training_monitor_events_message() -> Any:
+        # The message a live monitor's widget sends for a new event (the event alone).
+        from vinlens.health import TrainingMonitor
+
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+        monitor = TrainingMonitor(net, every=2, on_nonfinite="record")
+        w = TrainingMonitorWidget(monitor, interval=3600)
+        sent: list[Any] = []
+        w.send = lambda content, buffers=None: sent.append(content)  # type: ignore[method-assign]
+        for step in range(3):
+
+            def run(step: int = step) -> None:
+                net.zero_grad()
+                out = net(x)
+                (((out * 0).sqrt().sum()) if step == 2 else out.square().mean()).backward()
+
+            monitor.run_step(run)
+        w.close()
+        (message,) = [m for m in sent if m.get("kind") == "events"]
+        return message
+
     def training_monitor_run() -> Any:
         # A run log (open_run): the every-step curves, an event with a replay bundle, and
         # the replay's recomputed origin in `replays`.
@@ -240,6 +262,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "store_compare", store_compare
     yield "training_monitor", training_monitor
     yield "training_monitor_run", training_monitor_run
+    yield "training_monitor_events_message", training_monitor_events_message
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
     yield "edge_cases", _edge_cases
@@ -302,4 +325,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     assert "attribution_viewer_dataset has what the dataset view reads" in tests, sorted(tests)
     assert "training_monitor has what the monitor view reads" in tests, sorted(tests)
     assert "training_monitor_run has what the run view reads" in tests, sorted(tests)
+    assert "training_monitor_events_message is one new event" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPARE_DESCRIPTION",
     "COMPARE_HELP",
+    "DEFAULT_METRIC",
+    "METRIC_HEADERS",
     "add_compare_arguments",
+    "check_metric",
     "compare",
     "format_comparison",
 ]
@@ -49,7 +52,15 @@ COMPARE_DESCRIPTION = (
 )
 #: Sample keys and scenes listed per side before "... and N more" (``--json`` lists all).
 LISTED = 20
-_METRICS = ("js_distance", "psi", "wasserstein", "ks_statistic")
+#: The metric the fields are sorted by without ``--metric``.
+DEFAULT_METRIC = "js_distance"
+#: Column headers of the engine's metrics (a metric without one is headed by its name).
+METRIC_HEADERS = {
+    "js_distance": "JS",
+    "psi": "PSI",
+    "wasserstein": "Wasserstein",
+    "ks_statistic": "KS",
+}
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,11 +89,15 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="rows read from each store (default 512)",
     )
     budget.add_argument("--all", action="store_true", help="read every row of both stores")
+    # Checked against the engine's DRIFT_METRICS when the command runs (not argparse
+    # choices: building the parser imports no numpy, and a bad name is one error line).
     parser.add_argument(
         "--metric",
-        choices=_METRICS,
-        default="js_distance",
-        help="the drift the fields are sorted by (default js_distance)",
+        default=DEFAULT_METRIC,
+        metavar="METRIC",
+        help=f"the drift the fields are sorted by (default {DEFAULT_METRIC}): any metric of "
+        "vinlens.store.compare.DRIFT_METRICS (JS, PSI, Wasserstein, KS); an unknown name "
+        "lists them",
     )
     _add_execution_arguments(parser)
 
@@ -107,7 +122,7 @@ def _splits(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or "-"
 
 
-def format_comparison(result: StoreComparison, metric: str = "js_distance") -> str:
+def format_comparison(result: StoreComparison, metric: str = DEFAULT_METRIC) -> str:
     """The comparison as readable tables (what ``vinlens store compare`` prints)."""
     from vinlens.store.compare_records import ranked_fields
 
@@ -134,6 +149,8 @@ def format_comparison(result: StoreComparison, metric: str = "js_distance") -> s
         ),
     ]
     parts = [format_fields(overview) + "\n"]
+    from vinlens.store.compare import DRIFT_METRICS
+
     rows = [
         (
             d.name,
@@ -143,10 +160,7 @@ def format_comparison(result: StoreComparison, metric: str = "js_distance") -> s
             d.mean_b,
             d.std_a,
             d.std_b,
-            d.js_distance,
-            d.psi,
-            d.wasserstein,
-            d.ks_statistic,
+            *(d.metric(m) for m in DRIFT_METRICS),
             "yes" if d.exact else "binned",
         )
         for d in ranked_fields(result.fields, metric)
@@ -159,10 +173,7 @@ def format_comparison(result: StoreComparison, metric: str = "js_distance") -> s
         "mean B",
         "std A",
         "std B",
-        "JS",
-        "PSI",
-        "Wasserstein",
-        "KS",
+        *(METRIC_HEADERS.get(m, m) for m in DRIFT_METRICS),
         "exact",
     )
     parts.append(f"fields by {metric} (largest first)\n{format_table(headers, rows)}\n")
@@ -179,9 +190,22 @@ def format_comparison(result: StoreComparison, metric: str = "js_distance") -> s
     return "\n".join(parts).rstrip() + "\n"
 
 
+def check_metric(metric: str) -> str:
+    """``metric`` if the engine ranks by it; else ``ValueError`` naming every choice."""
+    from vinlens.store.compare import DRIFT_METRICS
+
+    if metric not in DRIFT_METRICS:
+        raise ValueError(
+            f"--metric: unknown drift metric {metric!r}; choose one of {', '.join(DRIFT_METRICS)}"
+        )
+    return metric
+
+
 def compare(args: argparse.Namespace) -> int:
     """Compare the two stores and print the result as tables (or JSON)."""
     from vinlens.store.compare import compare_vin_offline_stores
+
+    metric = check_metric(args.metric)  # before any store is opened
 
     # Side-specific pairs come last, so their keys override the shared ones.
     config_a = _config(
@@ -201,5 +225,5 @@ def compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(to_json_value(result))
     else:
-        print(format_comparison(result, args.metric), end="")
+        print(format_comparison(result, metric), end="")
     return 0

@@ -11,7 +11,7 @@ from vinlens.store.compare_binning import (
     PSI_BINS,
     PSI_EPSILON,
 )
-from vinlens.store.integrity import StoreIntegrityProblem
+from vinlens.store.reader import StoreIntegrityProblem
 
 __all__ = ["DRIFT_METRICS", "FieldDrift", "StoreComparison"]
 
