@@ -4,7 +4,7 @@ Writes ``--tars`` WebDataset-style tar shards of ``--members`` members each (ust
 pax in turn; some GNU/pax names longer than 100 bytes; small payloads), warms the page
 cache, then measures members per second of
 
-  * ``vinlens.store.tarscan.list_tar_member_names`` over every tar;
+  * ``vinlens.store.coverage.list_tar_member_names`` over every tar;
   * ``tarfile`` listing (``TarFile.getnames()``) over the first ``--tarfile-tars`` tars
     (it is slow; its rate is per member, so a subset measures it fairly);
   * GNU ``tar -tf`` over every tar (one process per tar, output to /dev/null);
@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vinlens.store.coverage import collect_vin_offline_dataset_coverage
+from vinlens.store.coverage import collect_vin_offline_dataset_coverage, list_tar_member_names
 from vinlens.store.format import VinOfflineSample, VinOfflineStoreConfig
-from vinlens.store.tarscan import list_tar_member_names
 from vinlens.store.writer import VinOfflineStoreWriter
 
 _FORMATS = (tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT)

@@ -9,7 +9,10 @@ loop writing a run log (``log_dir``) <= 1.01x of the same monitored loop without
 A step is ``zero_grad``, forward, loss and backward of the light CNNs of
 ``benchmarks/cnn_models.py`` (torch.nn only, train mode, random weights) on one batch;
 the optimizer step (the same in every variant) is left out, so the ratios are the
-conservative ones. The unsampled monitored step costs one fused norm over every
+conservative ones. ``tiny_mlp`` (a 32-64-10 MLP on a batch of 16) is the monitor's own
+floor: its step is so short that the per-step check's fixed cost (the saved random states,
+the fused finiteness check) shows; its repetitions time 50 steps of a variant in a row.
+The unsampled monitored step costs one fused norm over every
 gradient, so its ratio is about the time to read the gradients once over the step time:
 small batches of a parameter-heavy model (resnet50) are its worst case. Repetitions interleave the variants (in a shuffled order each time); ratios are of median
 main-thread CPU time (the best of the repetitions: on a shared machine other work only
@@ -53,8 +56,13 @@ def cpu_time(work: Callable[[], object]) -> float:
     return time.thread_time() - start
 
 
+def repeat(work: Callable[[], object], times: int) -> None:
+    for _ in range(times):
+        work()
+
+
 def measure(
-    model: nn.Module, batch: torch.Tensor, repetitions: int, log_dir: str
+    model: nn.Module, batch: torch.Tensor, repetitions: int, log_dir: str, inner: int = 1
 ) -> dict[str, list[float]]:
     target = torch.randint(0, 10, (batch.shape[0],))
     loss_fn = nn.CrossEntropyLoss()
@@ -101,10 +109,23 @@ def measure(
     for _ in range(repetitions):
         shuffle(order)  # no variant always runs right after the same other one
         for name in order:
-            times[name].append(cpu_time(work[name]))
+            times[name].append(cpu_time(lambda run=work[name]: repeat(run, inner)) / inner)
     logged.close()
     logged_sampled.close()
     return times
+
+
+# The monitor's own floor (issue 30.10): a tiny MLP's step is so short that what the
+# monitor adds to every step (the saved random states, the fused finiteness check) shows.
+# Each repetition times TINY_INNER steps of a variant in a row (one is too short to time).
+TINY = {"tiny_mlp": (32, 64, 16)}  # input width, hidden width, batch
+TINY_INNER = 50
+
+
+def tiny_case(name: str) -> tuple[nn.Module, torch.Tensor, int]:
+    width, hidden, batch = TINY[name]
+    model = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    return model, torch.randn(batch, width), TINY_INNER
 
 
 # ---- compiled column (torch.compile, inductor) ------------------------------------------
@@ -179,7 +200,9 @@ def verdict(ratio: float, target: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 5")
-    parser.add_argument("--models", nargs="*", choices=sorted(MODELS), default=list(MODELS))
+    parser.add_argument(
+        "--models", nargs="*", choices=sorted([*MODELS, *TINY]), default=[*MODELS, *TINY]
+    )
     parser.add_argument("--size", type=int, default=128, help="image side (default 128)")
     parser.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     parser.add_argument(
@@ -196,9 +219,12 @@ def main() -> None:
         "best of CPU time"
     )
     for name in args.models:
-        model = MODELS[name](10).train()
+        model, model_batch, inner = (
+            tiny_case(name) if name in TINY else (MODELS[name](10), batch, 1)
+        )
+        model.train()
         with tempfile.TemporaryDirectory(prefix="vinlens-bench-log-") as log_dir:
-            times = measure(model, batch, repetitions, log_dir)
+            times = measure(model, model_batch, repetitions, log_dir, inner)
         best = {k: min(v) for k, v in times.items()}
         plain = best["plain"]
         check = best["check"] / plain
@@ -217,7 +243,7 @@ def main() -> None:
             f" {best['logged_sampled'] / best['sampled']:.3f}x)"
         )
         if not args.no_compiled:
-            print(compiled_line(model, batch, repetitions))
+            print(compiled_line(model, model_batch, repetitions))
 
 
 if __name__ == "__main__":

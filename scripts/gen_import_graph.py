@@ -2,11 +2,18 @@
 
 The graph is read from the source with ``ast`` (every ``import`` / ``from ... import``,
 including the ones inside functions that keep heavy or optional imports lazy), grouped by
-the units the architecture talks about: the two bottom modules (``operations``,
-``hooks``), ``workers``, each engine package, ``store.diagnostics`` apart from ``store``,
-the outputs and the widgets. It replaces what stands between the two markers below in
-docs/architecture.md; ``--check`` only says whether that text is current (the docs test
-runs it).
+the units the architecture talks about: the bottom modules (``operations``, ``hooks``,
+``wrappers``), ``workers``, each engine package, ``store.diagnostics`` apart from ``store``,
+the outputs and the widgets; the store is split into its layers: ``store.compare`` above
+``store.diagnostics`` above the store core, and the ``store`` package door (its
+``__init__``, which re-exports every room) apart from the core it opens.
+
+``MAY_IMPORT`` is the layering rule: for each unit, the units it may import.
+:func:`violations` lists every arrow of a graph the rule does not allow; the docs test
+fails on any, so a new arrow against the layering is a failing test, not a drift. The
+rule is written into docs/architecture.md with the graph. This script replaces what
+stands between the two markers below in docs/architecture.md; ``--check`` only says
+whether that text is current (the docs test runs it).
 
     python scripts/gen_import_graph.py          # rewrite the section
     python scripts/gen_import_graph.py --check  # exit 1 when it is stale
@@ -25,12 +32,19 @@ DOC = ROOT / "docs" / "architecture.md"
 START = "<!-- import-graph:start (scripts/gen_import_graph.py writes this section) -->"
 END = "<!-- import-graph:end -->"
 
+#: The ``store`` package's own ``__init__`` (the door re-exporting every room): a unit apart
+#: from the store core, since it imports the layers above the core.
+STORE_DOOR = "vinlens.store.__init__"
+
 #: Units of the graph, most specific first: a module belongs to the first unit it falls in.
 UNITS = (
+    "vinlens.store.compare",
     "vinlens.store.diagnostics",
+    STORE_DOOR,
     "vinlens.operations",
     "vinlens.hooks",
     "vinlens.workers",
+    "vinlens.wrappers",
     "vinlens.model_inspection",
     "vinlens.health",
     "vinlens.attribution",
@@ -40,6 +54,7 @@ UNITS = (
     "vinlens.widgets",
     "vinlens.cli",
     "vinlens.demo",
+    "vinlens.integrations",
 )
 
 
@@ -49,11 +64,81 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+_BOTTOM = frozenset({"vinlens.operations", "vinlens.hooks", "vinlens.wrappers"})
+_ENGINES = frozenset(
+    {
+        "vinlens.model_inspection",
+        "vinlens.health",
+        "vinlens.attribution",
+        "vinlens.store",
+        "vinlens.store.diagnostics",
+        "vinlens.store.compare",
+        STORE_DOOR,
+    }
+)
+_OUTPUTS = frozenset({"vinlens.export", "vinlens.plotting"})
+
+#: The layering rule (docs/architecture.md, "Who may import whom"): the units each unit may
+#: import. Engines build only downwards; inside the store, ``store.compare`` ->
+#: ``store.diagnostics`` -> the store core, never back; outputs build on engines; the
+#: widgets, the CLI and the demo sit on top. An arrow missing here fails tests/test_docs.py.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "vinlens.operations": frozenset(),
+    "vinlens.hooks": frozenset(),
+    "vinlens.workers": frozenset({"vinlens.operations"}),
+    "vinlens.wrappers": frozenset(),
+    "vinlens.model_inspection": _BOTTOM | {"vinlens.workers"},
+    "vinlens.health": _BOTTOM | {"vinlens.workers", "vinlens.model_inspection"},
+    "vinlens.attribution": _BOTTOM | {"vinlens.workers", "vinlens.model_inspection"},
+    "vinlens.store": frozenset({"vinlens.operations", "vinlens.workers"}),
+    "vinlens.store.diagnostics": frozenset(
+        {"vinlens.operations", "vinlens.workers", "vinlens.store"}
+    ),
+    "vinlens.store.compare": frozenset(
+        {"vinlens.operations", "vinlens.workers", "vinlens.store", "vinlens.store.diagnostics"}
+    ),
+    STORE_DOOR: frozenset({"vinlens.store", "vinlens.store.diagnostics", "vinlens.store.compare"}),
+    "vinlens.export": _BOTTOM | _ENGINES,
+    "vinlens.plotting": _BOTTOM | _ENGINES,
+    "vinlens.widgets": _BOTTOM | _ENGINES | _OUTPUTS | {"vinlens.workers"},
+    "vinlens.cli": _BOTTOM | _ENGINES | _OUTPUTS | {"vinlens.workers", "vinlens.demo"},
+    "vinlens.demo": _BOTTOM | _ENGINES | _OUTPUTS | {"vinlens.workers"},
+    "vinlens.integrations": _BOTTOM | {"vinlens.workers", "vinlens.health"},
+}
+
+
 def unit_of(module: str) -> str | None:
+    if module == "vinlens.store":
+        return STORE_DOOR
     for unit in UNITS:
         if module == unit or module.startswith(unit + "."):
             return unit
     return None
+
+
+def violations(
+    edges: dict[str, set[str]], rule: dict[str, frozenset[str]] | None = None
+) -> list[str]:
+    """Every arrow of ``edges`` that ``rule`` (default :data:`MAY_IMPORT`) does not allow.
+
+    A unit the rule does not know is a violation too, so a new unit must state its layer.
+    """
+    rule = MAY_IMPORT if rule is None else rule
+    found = []
+    for unit, targets in edges.items():
+        if unit not in rule:
+            found.append(f"{short(unit)} has no layer in MAY_IMPORT")
+            continue
+        found += [
+            f"{short(unit)} -> {short(t)}"
+            for t in sorted(targets, key=_order)
+            if t not in rule[unit]
+        ]
+    return found
+
+
+def _order(unit: str) -> int:
+    return UNITS.index(unit) if unit in UNITS else len(UNITS)
 
 
 def imported_modules(path: Path, module: str) -> set[str]:
@@ -88,12 +173,18 @@ def graph() -> dict[str, set[str]]:
 
 
 def _exists(unit: str) -> bool:
+    if unit == STORE_DOOR:
+        return (SRC / "store" / "__init__.py").is_file()
     rel = Path(*unit.split(".")[1:])
     return (SRC / rel).is_dir() or (SRC / rel).with_suffix(".py").is_file()
 
 
 def short(unit: str) -> str:
     return unit.removeprefix("vinlens.")
+
+
+def _node(unit: str) -> str:
+    return f"{short(unit).replace('.', '_')}[{short(unit)}]"
 
 
 def render(edges: dict[str, set[str]]) -> str:
@@ -108,16 +199,22 @@ def render(edges: dict[str, set[str]]) -> str:
         "graph TD",
     ]
     for unit in edges:
-        for target in sorted(edges[unit], key=UNITS.index):
-            lines.append(
-                f"  {short(unit).replace('.', '_')}[{short(unit)}] --> "
-                f"{short(target).replace('.', '_')}[{short(target)}]"
-            )
-    lines += ["```", "", "| unit | imports |", "| --- | --- |"]
+        for target in sorted(edges[unit], key=_order):
+            lines.append(f"  {_node(unit)} --> {_node(target)}")
+    lines += ["```", "", "| unit | imports | may import (`MAY_IMPORT`) |", "| --- | --- | --- |"]
     for unit, targets in edges.items():
-        names = ", ".join(f"`{short(t)}`" for t in sorted(targets, key=UNITS.index)) or "—"
-        lines.append(f"| `{short(unit)}` | {names} |")
-    lines += ["", END]
+        names = ", ".join(f"`{short(t)}`" for t in sorted(targets, key=_order)) or "—"
+        allowed = ", ".join(f"`{short(t)}`" for t in sorted(MAY_IMPORT.get(unit, ()), key=_order))
+        lines.append(f"| `{short(unit)}` | {names} | {allowed or '—'} |")
+    lines += [
+        "",
+        "The last column is the layering rule, `MAY_IMPORT` in the script: `tests/test_docs.py`",
+        "fails on any arrow it does not allow (inside the store: `store.compare` →",
+        "`store.diagnostics` → the store core, never back; `store.__init__` is the",
+        "package door `vinlens/store/__init__.py`, which re-exports every room).",
+        "",
+        END,
+    ]
     return "\n".join(lines)
 
 

@@ -113,13 +113,18 @@ def test_store_format_doc_keeps_the_normative_spec():
         assert heading in doc
 
 
-def test_architecture_import_graph_is_current():
+def _load_import_graph():
     spec = importlib.util.spec_from_file_location(
         "gen_import_graph", REPO / "scripts" / "gen_import_graph.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_architecture_import_graph_is_current():
+    module = _load_import_graph()
     committed = (REPO / "docs" / "architecture.md").read_text()
     assert module.updated(committed, module.render(module.graph())) == committed, (
         "the import graph in docs/architecture.md is stale: run "
@@ -129,3 +134,59 @@ def test_architecture_import_graph_is_current():
     edges = module.graph()
     assert edges["vinlens.operations"] == set()
     assert edges["vinlens.hooks"] == set()
+
+
+def test_the_import_graph_proves_the_written_layering():
+    """Every arrow of the real graph is one ``MAY_IMPORT`` (shown in architecture.md) allows."""
+    module = _load_import_graph()
+    assert module.violations(module.graph()) == []
+    # The graph speaks for the whole package: every module but the root is in a unit.
+    unplaced = [
+        name
+        for path in sorted(module.SRC.rglob("*.py"))
+        if (name := module.module_name(path)) != "vinlens" and module.unit_of(name) is None
+    ]
+    assert unplaced == []
+    # Inside the store: compare above diagnostics above the core, and the door apart.
+    assert module.unit_of("vinlens.store") == module.STORE_DOOR
+    assert module.unit_of("vinlens.store.compare") == "vinlens.store.compare"
+    assert module.unit_of("vinlens.store.reader._core") == "vinlens.store"
+    rule = module.MAY_IMPORT
+    assert "vinlens.store.diagnostics" in rule["vinlens.store.compare"]
+    assert "vinlens.store.compare" not in rule["vinlens.store.diagnostics"]
+    assert not {"vinlens.store.diagnostics", "vinlens.store.compare"} & rule["vinlens.store"]
+
+
+def test_an_arrow_against_the_layering_fails():
+    """Synthetic edges the rule forbids are each reported; an unknown unit is too."""
+    module = _load_import_graph()
+    edges = {unit: set(targets) for unit, targets in module.graph().items()}
+    edges["vinlens.store.diagnostics"].add("vinlens.store.compare")
+    edges["vinlens.store"].add("vinlens.store.diagnostics")
+    edges["vinlens.operations"].add("vinlens.hooks")
+    edges["vinlens.health"].add("vinlens.widgets")
+    assert sorted(module.violations(edges)) == [
+        "health -> widgets",
+        "operations -> hooks",
+        "store -> store.diagnostics",
+        "store.diagnostics -> store.compare",
+    ]
+    assert module.violations({"vinlens.newpkg": set()}) == ["newpkg has no layer in MAY_IMPORT"]
+
+
+def test_a_new_import_line_against_the_layering_fails(tmp_path: Path):
+    """The whole path: an import statement in a source file, read by the graph, is refused."""
+    module = _load_import_graph()
+    for rel, text in {
+        "store/__init__.py": "",
+        "store/format/__init__.py": "",
+        "store/compare/__init__.py": "from vinlens.store.diagnostics import stats\n",
+        "store/diagnostics/__init__.py": "",
+        "store/diagnostics/scan.py": (
+            "def later():\n    from vinlens.store.compare import _binning  # lazy, still an arrow\n"
+        ),
+    }.items():
+        (tmp_path / "vinlens" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "vinlens" / rel).write_text(text)
+    module.SRC = tmp_path / "vinlens"
+    assert module.violations(module.graph()) == ["store.diagnostics -> store.compare"]

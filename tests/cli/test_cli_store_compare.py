@@ -131,7 +131,7 @@ def test_compare_unknown_metric_is_one_line_naming_the_choices(
 def test_equal_numbers_compare_equal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """All +0.0 against all -0.0 (and a float16 field holding both zeros) is no drift."""
     from vinlens.store.compare import compare_vin_offline_stores
-    from vinlens.store.compare_binning import FieldHistogram, drift_metrics
+    from vinlens.store.compare._binning import FieldHistogram, drift_metrics
     from vinlens.store.format import VinOfflineStoreConfig
 
     samples = make_synthetic_samples(SPEC)

@@ -1,4 +1,12 @@
-"""Fixtures for store tests: small real stores written by the writer into temporary directories."""
+"""Fixtures for store tests: small real stores written by the writer into temporary directories.
+
+The folders mirror ``src/vinlens/store``'s rooms (``format/``, ``reader/``, ``access/``,
+``compare/``, ``diagnostics/``; raw tar coverage is ``raw_coverage/``, because a
+``coverage`` directory on ``sys.path`` would shadow coverage.py for numba). Tests of the
+top-level modules (writer, dataset, synthetic, errors) and of every engine at once stay
+here, beside the helpers every folder imports (``s3_server``, ``midscan``,
+``malformed_stores``: this directory is on ``sys.path`` through this conftest).
+"""
 
 from __future__ import annotations
 

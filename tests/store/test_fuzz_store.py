@@ -42,6 +42,7 @@ from s3_server import S3Server, s3_filesystem
 from vinlens.store.access import StoreAccessError
 from vinlens.store.coverage import clear_coverage_cache, collect_vin_offline_dataset_coverage
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
+from vinlens.store.errors import TarScanError
 from vinlens.store.format import VinOfflineStoreConfig, VinOfflineStoreError
 from vinlens.store.synthetic import (
     SyntheticRawSpec,
@@ -49,7 +50,6 @@ from vinlens.store.synthetic import (
     make_synthetic_samples,
     write_synthetic_dataset,
 )
-from vinlens.store.tarscan import TarScanError
 from vinlens.store.writer import VinOfflineStoreWriter
 
 pytestmark = pytest.mark.timeout(240)

@@ -15,6 +15,7 @@ import pytest
 OLD_PATHS = {
     "vinlens.store.records": "vinlens.store.format",
     "vinlens.store.sample": "vinlens.store.format",
+    "vinlens.store.tarscan": "vinlens.store.coverage",
 }
 
 
@@ -27,11 +28,21 @@ def test_old_module_re_exports_the_doors_objects(old: str, door: str) -> None:
         assert getattr(old_module, name) is getattr(door_module, name), (old, name)
 
 
-def test_room_classes_name_their_door_as_their_module() -> None:
-    """Reprs, pickles and the signatures in docs/api.md name the public path, not ``_x``."""
-    import vinlens.store.format as fmt
+def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hints() -> None:
+    """Signatures in docs/api.md name the public path (``vinlens.store.format.BlockKind``),
+    and ``typing.get_type_hints`` still resolves every public class of a room's door."""
+    import typing
 
-    for name in fmt.__all__:
-        value = getattr(fmt, name)
-        if isinstance(value, type) and value.__module__.startswith("vinlens.store.format"):
-            assert value.__module__ == "vinlens.store.format", name
+    import vinlens.store.compare as compare
+    import vinlens.store.coverage as coverage
+    import vinlens.store.format as fmt
+    import vinlens.store.reader as reader
+
+    for name in ("BlockKind", "Capabilities", "MaterializedBlocks", "StoreBlockSpec"):
+        assert getattr(fmt, name).__module__ == "vinlens.store.format", name
+    assert "_contract" not in str(typing.get_type_hints(fmt.VinOfflineManifest))
+    for door in (fmt, reader, coverage, compare):
+        for name in door.__all__:
+            value = getattr(door, name)
+            if isinstance(value, type):
+                typing.get_type_hints(value)  # raises NameError where a hint does not resolve

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vinlens.store import compare_vin_offline_stores
-from vinlens.store.compare_records import DRIFT_METRICS, ranked_fields
+from vinlens.store.compare import DRIFT_METRICS, ranked_fields
 from vinlens.store.synthetic import (
     SyntheticStoreSpec,
     make_synthetic_samples,

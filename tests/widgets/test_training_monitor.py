@@ -8,21 +8,12 @@ import time
 import numpy as np
 import pytest
 import torch
+from health_models import NanBackward
 from torch import nn
 
 from vinlens.health import EVENTS_KEPT, TrainingMonitor, precision_headroom
 from vinlens.widgets import TrainingMonitorWidget
 from vinlens.widgets.training_monitor import monitor_payload
-
-
-class NanBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
-        return grad * float("nan")
 
 
 class FailsAt(nn.Module):

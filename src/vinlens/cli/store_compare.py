@@ -124,7 +124,7 @@ def _splits(counts: dict[str, int]) -> str:
 
 def format_comparison(result: StoreComparison, metric: str = DEFAULT_METRIC) -> str:
     """The comparison as readable tables (what ``vinlens store compare`` prints)."""
-    from vinlens.store.compare_records import ranked_fields
+    from vinlens.store.compare import ranked_fields
 
     overview: list[tuple[str, object]] = [
         ("store A", result.store_a),

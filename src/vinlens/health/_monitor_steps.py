@@ -5,40 +5,19 @@ from __future__ import annotations
 
 import math
 import operator
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
+from vinlens.health._rng import RngStates, restore_rng
+from vinlens.health._rng import rng_states as rng_states  # the monitor's begin_step
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH
 from vinlens.wrappers import named_parameters
-
-RngStates = tuple[torch.Tensor, list[torch.Tensor] | None, object, object]
-
-
-def rng_states() -> RngStates:
-    """torch's CPU and CUDA generators, Python's ``random`` and NumPy's global generator."""
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda, random.getstate(), np.random.get_state()
-
-
-def restore_rng(states: RngStates) -> None:
-    cpu, cuda, python, legacy_numpy = states
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-    random.setstate(python)  # type: ignore[arg-type]
-    np.random.set_state(legacy_numpy)  # type: ignore[arg-type]
 
 
 def replay_step(
@@ -74,9 +53,39 @@ def replay_step(
                 parameter.grad = grad
 
 
-def same_parameters(current: Sequence[nn.Parameter], known: Sequence[nn.Parameter]) -> bool:
-    """Whether ``current`` holds the very Parameter objects of ``known``, in order."""
-    return len(current) == len(known) and all(map(operator.is_, current, known))
+class ModelTree:
+    """A model's parameters, read again only when its tree changed.
+
+    :meth:`changed` compares, by identity, every module's registered parameters and
+    children with those seen last time: one list over the modules, no ``named_parameters``
+    walk (its memo hashes every parameter), so a step pays little for noticing a layer
+    replaced, a parameter reassigned (``load_state_dict(..., assign=True)``) or deleted.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._read()
+
+    def _read(self) -> None:
+        self._modules = list(self._model.modules())
+        self._members = self._now()
+        self.parameters: list[nn.Parameter] = list(self._model.parameters())
+
+    def _now(self) -> list[object]:
+        return [
+            member
+            for module in self._modules
+            for members in (module._parameters, module._modules)
+            for member in members.values()
+        ]
+
+    def changed(self) -> bool:
+        """Whether the tree changed since the last call (then :attr:`parameters` is new)."""
+        now, seen = self._now(), self._members
+        if len(now) == len(seen) and all(map(operator.is_, now, seen)):
+            return False
+        self._read()
+        return True
 
 
 def owner_rows(model: nn.Module, module_paths: Sequence[str]) -> list[int]:
@@ -115,7 +124,8 @@ def grouped_norms(
     groups: dict[tuple[torch.device, torch.dtype], tuple[list[int], list[torch.Tensor]]] = {}
     for index, grad in enumerate(grads):
         if grad is not None:
-            grad = dense_values(grad)  # nn.Embedding(sparse=True): its summed values
+            if grad.is_sparse:  # nn.Embedding(sparse=True): its summed values
+                grad = grad.coalesce().values()
             indices, tensors = groups.setdefault((grad.device, grad.dtype), ([], []))
             indices.append(index)
             tensors.append(grad)
@@ -148,7 +158,8 @@ def finite_norm(grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
     """
     squares = 0.0
     for _, norms in grouped_norms(grads):
-        squares += norms.double().square().sum().item()
+        # One op over the stacked norms, squared in float64 (no overflow below float32's max).
+        squares += torch.linalg.vector_norm(norms, dtype=torch.float64).item() ** 2
     if math.isfinite(squares):
         return True, math.sqrt(squares)
     finite = all(bool(torch.isfinite(dense_values(g)).all()) for g in grads if g is not None)

@@ -56,6 +56,7 @@ from vinlens.health._monitor_records import (
     summary_of_row,
 )
 from vinlens.health._monitor_steps import (
+    ModelTree,
     OpenStep,
     all_finite,
     finite_norm,
@@ -63,7 +64,6 @@ from vinlens.health._monitor_steps import (
     parameter_norms,
     replay_step,
     rng_states,
-    same_parameters,
 )
 from vinlens.health.distributed import RankSync
 from vinlens.health.stats import ActivationAccumulator
@@ -196,7 +196,8 @@ class TrainingMonitor:
         self._rows = frozenset(self.module_paths)
         # Every parameter, frozen ones included, re-read at each step (see _watched): a
         # parameter unfrozen, replaced or added after construction is checked too.
-        self._parameters = list(self._module.parameters())
+        self._tree = ModelTree(self._module)
+        self._parameters = self._tree.parameters
         self._owner_rows = owner_rows(self._module, self.module_paths)
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by the step in progress
@@ -551,10 +552,9 @@ class TrainingMonitor:
 
     def _watched(self) -> list[nn.Parameter]:
         """The model's parameters at this step; the owner rows follow when they changed."""
-        current = list(self._module.parameters())
-        if not same_parameters(current, self._parameters):
-            self._ranks.watch(current)
-            self._parameters = current
+        if self._tree.changed():
+            self._parameters = self._tree.parameters
+            self._ranks.watch(self._parameters)
             self._owner_rows = owner_rows(self._module, self.module_paths)
         return self._parameters
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -473,23 +474,22 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
         if tensor.dtype == torch.float64 and tensor.is_contiguous():
             found = _block_sums(tensor.view(-1), zeros_possible, owned=False)
         else:
-            # empty + copy_: Tensor.to(float64) is several times slower on the CPU.
-            wide = torch.empty(tensor.shape, dtype=torch.float64)
-            wide.copy_(tensor)
-            found = _block_sums(wide.view(-1), zeros_possible, owned=True)
+            # Into this thread's scratch buffer (copy_: Tensor.to(float64) is several times
+            # slower on the CPU): a fresh allocation per output, between the forward's own,
+            # kept landing on newly mapped pages.
+            wide = _scratch(tensor.numel())
+            wide.view(tensor.shape).copy_(tensor)
+            found = _block_sums(wide, zeros_possible, owned=True)
         if found is None:
             return None
         return found[0], found[1], low, high, found[2]
-    buffer: torch.Tensor | None = None
     total = squares = 0.0
     zeros = 0
     for block in _blocks(tensor, BLOCK_ELEMENTS):
         if block.dtype == torch.float64 and block.is_contiguous():
             found = _block_sums(block.reshape(-1), zeros_possible, owned=False)
         else:
-            if buffer is None:
-                buffer = torch.empty(BLOCK_ELEMENTS, dtype=torch.float64)
-            wide = buffer[: block.numel()]
+            wide = _scratch(block.numel())
             wide.view(block.shape).copy_(block)
             found = _block_sums(wide, zeros_possible, owned=True)
         if found is None:
@@ -498,6 +498,21 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
         squares += found[1]
         zeros += found[2]
     return total, squares, low, high, zeros
+
+
+# Per thread: the float64 buffer CPU summaries widen float32 blocks into.
+_SCRATCH = threading.local()
+
+
+def _scratch(elements: int) -> torch.Tensor:
+    """A 1-d float64 CPU buffer of ``elements`` (at most ``BLOCK_ELEMENTS``) values, this
+    thread's own and reused by every summary it makes: it holds at most
+    ``BLOCK_ELEMENTS`` float64 values (8 MiB) per thread for the thread's lifetime."""
+    buffer: torch.Tensor | None = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or buffer.numel() < elements:
+        buffer = torch.empty(max(elements, 1 << 12), dtype=torch.float64)
+        _SCRATCH.buffer = buffer
+    return buffer[:elements]
 
 
 def _block_sums(

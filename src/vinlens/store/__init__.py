@@ -3,15 +3,17 @@
 The normative format is ``docs/store-format.md``; every public name with its signature is in
 ``docs/api.md`` (generated from ``__all__``); changes are recorded in ``CHANGELOG.md``.
 
-Rooms (each module's ``__all__`` is its door):
+Rooms (each a package whose ``__init__`` with ``__all__`` is its door; the ``_modules``
+behind it are private):
 
 - ``errors``: every store error, one hierarchy under ``VinlensStoreError``.
-- ``format``, ``manifest_rules``, ``records``, ``sample``: what is on disk.
+- ``format``: what is on disk (the v1 contract, manifest rules, msgpack records, sample).
 - ``access``: how bytes are reached (local paths, fsspec URLs, zarr stores).
 - ``reader``: reading a store and its checks (generation, integrity, validation).
-- ``coverage``, ``tarscan``: raw-dataset tar coverage.
+- ``coverage``: raw-dataset tar coverage and the tar header scanner.
 - ``diagnostics``: store stats; ``compare`` (above diagnostics): store B against store A.
-- ``writer``, ``dataset`` (imports torch), ``synthetic``: beside them.
+- ``writer``, ``dataset`` (imports torch), ``synthetic``: beside them; ``records``,
+  ``sample`` and ``tarscan`` only keep old import paths working.
 - Command line: ``vinlens.cli.store`` (``vinlens store --help``), not imported here.
 """
 

@@ -9,7 +9,7 @@ scene needs the snippet ids themselves, so :meth:`CoverageHeatmapWidget.scene_sn
 answers from the engine's record when its examples already hold every missing and outside
 snippet of that scene, and otherwise lists the raw tar headers once more with the engine's
 own functions (:func:`~vinlens.store.coverage.find_raw_tar_shards`,
-:func:`~vinlens.store.tarscan.list_tar_member_names`,
+:func:`~vinlens.store.coverage.list_tar_member_names`,
 :func:`~vinlens.store.coverage.snippet_pairs_from_member_names`), caching the result for
 the lifetime of that coverage record. The store side is the sample index of the very
 generation the coverage was computed against; a store replaced since then is refused.

@@ -5,7 +5,7 @@ scans both stores (pinning their generations) and returns the record; the widget
 into a payload and runs the scan as an exclusive background command, started at
 construction, so scripts can :meth:`StoreCompareWidget.wait` for it and the browser shows
 progress and can cancel it. The field ranking for every metric comes from the engine's
-:func:`~vinlens.store.compare_records.ranked_fields` (the browser only picks which one
+:func:`~vinlens.store.compare.ranked_fields` (the browser only picks which one
 to show), and each field's overlaid histograms are the engine's display bins.
 
 Exports go through :mod:`vinlens.export`: :meth:`export` writes the field table; the
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from vinlens.store.compare import compare_vin_offline_stores
-from vinlens.store.compare_records import (
+from vinlens.store.compare import (
     DRIFT_METRICS,
     FieldDrift,
     StoreComparison,
+    compare_vin_offline_stores,
     ranked_fields,
 )
 from vinlens.store.diagnostics import check_max_samples

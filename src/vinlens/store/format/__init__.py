@@ -145,18 +145,10 @@ __all__ = [
     "shard_dir",
 ]
 
-# The door is the public home of the room's classes: reprs, pickles and documented
-# signatures name ``vinlens.store.format``, as they did before the room was split.
-for _cls in (
-    BlockKind,
-    Capabilities,
-    MaterializedBlocks,
-    SampleIndexRow,
-    StoreBlockSpec,
-    StoreShardSpec,
-    VinOfflineManifest,
-    VinOfflineSample,
-    VinOfflineStoreConfig,
-):
+# Classes that appear in the signatures of others name this door as their module, so
+# reprs, pickles and the signatures in docs/api.md read ``vinlens.store.format.BlockKind``
+# as before the room was split. (Only these: the door's namespace resolves their type
+# hints; it would not resolve ``VinOfflineSample``'s or ``VinOfflineStoreConfig``'s.)
+for _cls in (BlockKind, Capabilities, MaterializedBlocks, StoreBlockSpec, StoreShardSpec):
     _cls.__module__ = __name__
 del _cls

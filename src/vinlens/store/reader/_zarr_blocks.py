@@ -28,9 +28,9 @@ from vinlens.store.errors import (
     VinOfflineStoreError,
 )
 from vinlens.store.format import BlockKind, arrays_dir
-from vinlens.store.integrity import ChunkStatus
-from vinlens.store.reader_core import DEFAULT_BATCH_BYTES, ReaderCore, ZarrBlock
-from vinlens.store.zarr_layout import ArrayLayout, grid_coords, parse_array_layout
+from vinlens.store.reader._core import DEFAULT_BATCH_BYTES, ReaderCore, ZarrBlock
+from vinlens.store.reader._integrity import ChunkStatus
+from vinlens.store.reader._zarr_layout import ArrayLayout, grid_coords, parse_array_layout
 
 __all__ = ["MAX_LISTED_CHUNKS", "RowWindow", "ZarrBlockReads"]
 

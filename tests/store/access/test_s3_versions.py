@@ -18,7 +18,7 @@ from vinlens.store.access import open_store_access
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

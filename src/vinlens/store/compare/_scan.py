@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vinlens.store.compare_binning import FieldHistogram
+from vinlens.store.compare._binning import FieldHistogram
 from vinlens.store.diagnostics.accumulators import IntegrityStats
 from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices

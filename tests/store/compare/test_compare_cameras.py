@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vinlens.store import compare_binning, compare_vin_offline_stores
-from vinlens.store.compare_binning import FieldHistogram, drift_metrics
-from vinlens.store.sample import VinOfflineSample
+from vinlens.store import compare_vin_offline_stores
+from vinlens.store.compare import _binning as compare_binning
+from vinlens.store.compare._binning import FieldHistogram, drift_metrics
+from vinlens.store.format import VinOfflineSample
 from vinlens.store.writer import VinOfflineStoreWriter
 
 CAMERAS = 8

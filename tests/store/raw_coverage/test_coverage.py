@@ -23,13 +23,13 @@ from vinlens.store.coverage import (
     snippet_pairs_from_member_names,
     webdataset_key,
 )
+from vinlens.store.errors import TarExtendedHeaderTooLargeError, TruncatedTarError
 from vinlens.store.format import StoreReplacedError, VinOfflineSample, VinOfflineStoreConfig
 from vinlens.store.synthetic import (
     SyntheticRawSpec,
     SyntheticStoreSpec,
     write_synthetic_dataset,
 )
-from vinlens.store.tarscan import TarExtendedHeaderTooLargeError, TruncatedTarError
 from vinlens.store.writer import VinOfflineStoreWriter
 
 # WebDataset's own key regex (webdataset.tariterators.base_plus_ext), used as the oracle.

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from vinlens.store.errors import VinOfflineStoreError
 from vinlens.store.format import BlockKind, StoreBlockSpec, shard_dir
-from vinlens.store.integrity import ChunkStatus, StoreIntegrityProblem
-from vinlens.store.record_blocks import RecordBlockReads
-from vinlens.store.zarr_blocks import ZarrBlockReads
+from vinlens.store.reader._integrity import ChunkStatus, StoreIntegrityProblem
+from vinlens.store.reader._record_blocks import RecordBlockReads
+from vinlens.store.reader._zarr_blocks import ZarrBlockReads
 
 __all__ = ["StoreChecks"]
 

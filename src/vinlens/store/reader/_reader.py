@@ -1,19 +1,6 @@
-"""Read-only access to a published VIN offline store, with every cross check the spec implies.
+"""``VinOfflineStoreReader``, assembled from the room's parts, and ``open_vin_offline_store``.
 
-:class:`VinOfflineStoreReader` loads and validates ``manifest.json`` and
-``sample_index.jsonl`` when it opens (cheap), and checks each block the first time it
-is touched (zarr metadata against the manifest, chunk completeness, offsets files).
-:meth:`VinOfflineStoreReader.validate` checks everything up front and
-:meth:`VinOfflineStoreReader.integrity_problems` lists every problem without raising,
-for diagnostics. All file access goes through :mod:`vinlens.store.access`.
-
-The reader is assembled from concept modules, each one part of the class:
-:mod:`~vinlens.store.generation` (which store a path names), :mod:`~vinlens.store.integrity`
-(problem records), :mod:`~vinlens.store.manifest_rules` (the spec's block table),
-:mod:`~vinlens.store.zarr_layout` (``zarr.json`` and chunk keys),
-:mod:`~vinlens.store.zarr_blocks` and :mod:`~vinlens.store.record_blocks` (reads), and
-:mod:`~vinlens.store.validation` (whole-store checks). Every name importable from here
-before the split still is.
+Behind the :mod:`vinlens.store.reader` door (its docstring maps the room).
 """
 
 from __future__ import annotations
@@ -44,7 +31,8 @@ from vinlens.store.format import (
     parse_sample_index,
     sample_index_byte_limit,
 )
-from vinlens.store.generation import (
+from vinlens.store.reader._core import RecordBlock, ZarrBlock
+from vinlens.store.reader._generation import (
     StoreGeneration,
     as_store_config,
     capture_store_generation,
@@ -52,10 +40,9 @@ from vinlens.store.generation import (
     read_manifest_bytes,
     stat_root,
 )
-from vinlens.store.integrity import ChunkStatus, StoreIntegrityProblem
-from vinlens.store.reader_core import RecordBlock, ZarrBlock
-from vinlens.store.validation import StoreChecks
-from vinlens.store.zarr_blocks import RowWindow
+from vinlens.store.reader._integrity import ChunkStatus, StoreIntegrityProblem
+from vinlens.store.reader._validation import StoreChecks
+from vinlens.store.reader._zarr_blocks import RowWindow
 
 __all__ = [
     "ChunkStatus",

@@ -25,9 +25,9 @@ from vinlens.store.format import (
     VinOfflineStoreConfig,
     shard_dir,
 )
-from vinlens.store.generation import StoreGeneration
-from vinlens.store.integrity import ChunkStatus
-from vinlens.store.zarr_layout import ArrayLayout
+from vinlens.store.reader._generation import StoreGeneration
+from vinlens.store.reader._integrity import ChunkStatus
+from vinlens.store.reader._zarr_layout import ArrayLayout
 
 __all__ = ["DEFAULT_BATCH_BYTES", "ReaderCore", "RecordBlock", "ZarrBlock"]
 

@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vinlens.store.compare_binning import (
+from vinlens.store.compare._binning import (
     FLOAT32_RELATIVE_RESOLUTION,
     PSI_BINS,
     PSI_EPSILON,
 )
-from vinlens.store.integrity import StoreIntegrityProblem
+from vinlens.store.reader import StoreIntegrityProblem
 
 __all__ = ["DRIFT_METRICS", "FieldDrift", "StoreComparison"]
 
@@ -25,7 +25,7 @@ class FieldDrift:
 
     ``count_*``/``mean_*``/``std_*`` are each store's finite values (population std,
     exact up to one rounding; ``None`` without values). The four metrics come from the
-    shared binning (:mod:`vinlens.store.compare_binning`) and are ``None`` when either
+    shared binning (``vinlens.store.compare._binning``) and are ``None`` when either
     store has no value of the field. ``exact`` is true when the values were counted
     exactly (float16 bit patterns, integers) and false for float32 bins, whose width is
     :attr:`StoreComparison.float32_relative_resolution` of the values' magnitude.

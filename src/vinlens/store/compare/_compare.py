@@ -1,13 +1,6 @@
-"""Compare two VIN offline stores: what moved between store versions, field by field.
+"""``compare_vin_offline_stores``: both stores' tasks, partials and fold, and the record.
 
-:func:`compare_vin_offline_stores` scans both stores with the machinery of the store
-statistics (the same row selection, windowed chunk-checked reads, per-shard partials
-folded in manifest order, in process or on any executor) and counts every numeric field
-on one shared binning fixed by the number format, so no first pass is needed and the
-partials merge exactly (:mod:`vinlens.store.compare_binning` states the bins, the
-metrics and their resolution; :mod:`vinlens.store.compare_scan` which fields there are).
-Both stores are only read; their generations are pinned before the scan and checked in
-every worker and after it.
+Behind the :mod:`vinlens.store.compare` door (its docstring maps the room).
 """
 
 from __future__ import annotations
@@ -27,15 +20,15 @@ from vinlens.operations import (
     executor_workers,
     run_operation,
 )
-from vinlens.store.compare_binning import (
+from vinlens.store.compare._binning import (
     FLOAT32_RELATIVE_RESOLUTION,
     PSI_BINS,
     PSI_EPSILON,
     FieldHistogram,
     drift_metrics,
 )
-from vinlens.store.compare_records import DRIFT_METRICS, FieldDrift, StoreComparison
-from vinlens.store.compare_scan import (
+from vinlens.store.compare._records import DRIFT_METRICS, FieldDrift, StoreComparison
+from vinlens.store.compare._scan import (
     CAMERA_AXIS_MAX,
     ComparePartial,
     CompareTask,

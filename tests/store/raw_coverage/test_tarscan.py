@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vinlens.store.tarscan import (
+from vinlens.store.coverage import (
     TarExtendedHeaderTooLargeError,
     TarHeaderChecksumError,
     TarHeaderFormatError,

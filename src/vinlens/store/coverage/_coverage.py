@@ -1,21 +1,6 @@
-"""Raw-dataset coverage: which ASE snippets of the raw WebDataset tars a store contains.
+"""Raw-dataset coverage: the raw tars' snippets against a store's sample index, per scene.
 
-The raw side comes from tar *headers* only (:mod:`vinlens.store.tarscan`): every ``*.tar``
-found recursively under ``raw_dataset_dir`` (sorted by relative path, so ``max_tars`` always
-picks the same shards) is listed without extracting anything. The store side comes from
-``sample_index.jsonl`` through :class:`~vinlens.store.reader.VinOfflineStoreReader`.
-
-Keys follow the WebDataset rule of the spec: a member's key is its path with everything
-from the first ``.`` of the basename removed, and the key's last two path components are
-``scene_id/snippet_id`` (``a/b/scene_000001/snippet_000004.rgb.jpg`` ->
-``("scene_000001", "snippet_000004")``). Only regular files are members in this sense
-(directories and links are not samples, as in WebDataset). A member is *unparseable* when
-its basename has no ``.`` after its first character (WebDataset finds no key in it) or
-its key has fewer than two non-empty path components; such members are counted and
-listed, never silently dropped.
-
-Coverage per scene and overall is ``covered / dataset_snippets``; it is ``None`` where
-the raw data has no snippet of the scene (the ratio is undefined, not zero).
+Behind the :mod:`vinlens.store.coverage` door (its docstring states the rules).
 """
 
 from __future__ import annotations
@@ -33,10 +18,10 @@ from typing import Any
 
 from vinlens.operations import CancelToken, check_executor, run_operation
 from vinlens.store.access import FileStat, FsspecStoreAccess, StoreAccess, open_store_access
+from vinlens.store.coverage._tarscan import list_tar_member_names
 from vinlens.store.errors import StoreAccessError, VinOfflineStoreError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import VinOfflineStoreReader, as_store_config
-from vinlens.store.tarscan import list_tar_member_names
 
 __all__ = [
     "MAX_COVERAGE_EXAMPLES",

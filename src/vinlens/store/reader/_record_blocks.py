@@ -9,7 +9,7 @@ import numpy as np
 
 from vinlens.store.errors import CorruptRecordError, MissingBlockError, RecordDecodeError
 from vinlens.store.format import BlockKind, decode_record, decode_records, record_paths
-from vinlens.store.reader_core import DEFAULT_BATCH_BYTES, ReaderCore, RecordBlock
+from vinlens.store.reader._core import DEFAULT_BATCH_BYTES, ReaderCore, RecordBlock
 
 __all__ = ["RecordBlockReads"]
 

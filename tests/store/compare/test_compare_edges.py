@@ -12,7 +12,7 @@ import pytest
 
 from vinlens.cli import main
 from vinlens.store import compare_vin_offline_stores
-from vinlens.store.compare_binning import FieldHistogram
+from vinlens.store.compare._binning import FieldHistogram
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.format import VinOfflineSample
 from vinlens.store.synthetic import SyntheticStoreSpec, make_synthetic_samples
