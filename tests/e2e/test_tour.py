@@ -32,6 +32,8 @@ LATER_WIDGETS = {
     "model-drift": (".vl-model-health", 1),
     # The dataset part alone: the whole viewer is taller than the browser window.
     "attribution-dataset": (".vl-av-dataset:not([hidden])", 0),
+    # Part 13: the run log a script wrote, opened in the training monitor view.
+    "training-run": (".vl-training-monitor", 1),
 }
 
 
@@ -61,6 +63,7 @@ def test_tour_renders_every_widget(lab):
     assert outputs_with_errors == []
     assert page.locator(".vl-av").count() == 3
     assert page.locator(".vl-model-health").count() == 2
+    assert page.locator(".vl-training-monitor").count() == 2
     # The dataset pass ran in its cell: the third viewer shows its camera reliance bars.
     page.wait_for_selector(".vl-av >> nth=2 >> .vl-av-dataset:not([hidden])", timeout=120_000)
 

@@ -283,6 +283,14 @@ TOUR: list[_Cell] = [
         "recomputed = replay.run()\n"
         "print('recorded', replay.origin.module_path, '| recomputed', recomputed.module_path)\n",
     ),
+    (
+        "md",
+        "The same log in `TrainingMonitorWidget`: the every-step loss and gradient-norm curves "
+        "above the per-module heatmaps, the event at step 120 and, with `model=`, a Replay "
+        "button that re-executes the step in a fresh model and shows the recomputed origin "
+        "beside the recorded one. On a log that still grows, the view follows it.",
+    ),
+    ("code", "TrainingMonitorWidget(run, model=build_model())"),
 ]
 
 MODEL_INSPECTION: list[_Cell] = [
