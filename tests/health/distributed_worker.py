@@ -1,5 +1,8 @@
 """One rank of the distributed monitor tests: ``python distributed_worker.py SCENARIO RANK
-WORLD PORT OUT``; writes its findings as JSON to OUT."""
+WORLD PORT OUT``; writes its findings as JSON to OUT.
+
+``VINLENS_TEST_DIST_BACKEND=nccl`` runs the DDP scenarios with NCCL, rank ``r`` on
+``cuda:r`` (the default is gloo on the CPU)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,13 @@ class Planted(nn.Module):
         return torch.log(x - self.shift)
 
 
+BACKEND = os.environ.get("VINLENS_TEST_DIST_BACKEND", "gloo")
+
+
+def device(rank: int) -> torch.device:
+    return torch.device("cuda", rank) if BACKEND == "nccl" else torch.device("cpu")
+
+
 def model(rank: int) -> nn.Sequential:
     torch.manual_seed(0)
     inner = nn.Sequential()
@@ -38,15 +48,18 @@ def main() -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    if BACKEND == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timedelta(seconds=60))
     from vinlens.health import NonFiniteGradientError, TrainingMonitor
     from vinlens.health import distributed as vdist
     from vinlens.hooks import leftover_hooks
 
-    inner = model(rank)
-    ddp = nn.parallel.DistributedDataParallel(inner)
+    inner = model(rank).to(device(rank))
+    ids = [rank] if BACKEND == "nccl" else None
+    ddp = nn.parallel.DistributedDataParallel(inner, device_ids=ids)
     torch.manual_seed(1 + rank)
-    x = torch.rand(3, 4)
+    x = torch.rand(3, 4).to(device(rank))
 
     def step() -> torch.Tensor:
         ddp.zero_grad(set_to_none=True)

@@ -25,9 +25,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(scenario: str, tmp_path: Path, world: int = 2) -> list[dict[str, object]]:
+def run_ranks(
+    scenario: str, tmp_path: Path, world: int = 2, backend: str = "gloo"
+) -> list[dict[str, object]]:
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", VINLENS_TEST_DIST_BACKEND=backend)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")]
     )
@@ -55,9 +57,16 @@ def run_ranks(scenario: str, tmp_path: Path, world: int = 2) -> list[dict[str, o
     return [json.loads(out.read_text()) for out in outs]
 
 
+_NCCL = pytest.mark.skipif(
+    not (dist.is_nccl_available() and torch.cuda.device_count() >= 2),
+    reason="NCCL needs two CUDA devices (one per rank)",
+)
+
+
 @pytest.mark.timeout(180)
-def test_ddp_nan_on_rank_1_raises_on_both_ranks(tmp_path: Path) -> None:
-    ranks = run_ranks("all", tmp_path)
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=_NCCL)])
+def test_ddp_nan_on_rank_1_raises_on_both_ranks(tmp_path: Path, backend: str) -> None:
+    ranks = run_ranks("all", tmp_path, backend=backend)
     for found in ranks:
         assert found["paths"] == ["<root>", "enc", "mid", "dec"]  # no "module." prefix
         assert found["raised"] is True
@@ -70,10 +79,11 @@ def test_ddp_nan_on_rank_1_raises_on_both_ranks(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=_NCCL)])
 def test_one_rank_monitoring_is_refused_or_local_and_never_crashes_the_peer(
-    tmp_path: Path,
+    tmp_path: Path, backend: str
 ) -> None:
-    rank0, rank1 = run_ranks("refused", tmp_path)
+    rank0, rank1 = run_ranks("refused", tmp_path, backend=backend)
     assert "rank(s) 1 of 2 constructed no monitor" in str(rank0["refused"])
     assert "ranks='local'" in str(rank0["refused"])
     # rank 0 alone sees the NaN the all-reduce brought; its own replay stays finite

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from health_models import assert_no_hooks
+from health_models import Boost, assert_no_hooks
 from torch import nn
 
 from vinlens.health import (
@@ -20,40 +20,6 @@ from vinlens.health import (
 )
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
-
-
-class _Amplify(torch.autograd.Function):
-    """Identity forward; the backward multiplies the gradient by ``boost.factor``."""
-
-    @staticmethod
-    def forward(
-        ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, boost: Boost
-    ) -> torch.Tensor:
-        ctx.boost = boost  # type: ignore[attr-defined]
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(
-        ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
-    ) -> tuple[torch.Tensor, None]:
-        boost: Boost = ctx.boost  # type: ignore[attr-defined]
-        boost.incoming = float(grad.abs().max())
-        return grad * boost.factor, None
-
-
-class Boost(nn.Module):
-    """Identity forward; its backward multiplies the gradient by ``factor`` (a planted
-    overflow of the scaled gradient, made inside this module) and records the largest
-    incoming magnitude."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.factor = 1.0
-        self.incoming = 0.0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _Amplify.apply(x, self)
-        return out
 
 
 def scaled_model() -> nn.Sequential:
