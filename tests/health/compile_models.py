@@ -9,11 +9,15 @@ from typing import Any
 import torch
 import torch._guards
 from torch import nn
+from torch._dynamo.utils import counters
 
 import vinlens
+from vinlens.health import TrainingMonitor
 
 VINLENS_DIR = Path(vinlens.__file__).resolve().parent
 PATHS = ("<root>", "enc", "mid", "mid.lin", "head")
+STEPS = 8
+PLANT = 7
 
 
 class Mid(nn.Module):
@@ -59,3 +63,38 @@ class TracedCode:
     def vinlens_files(self) -> set[str]:
         """Traced files of the vinlens package (must stay empty)."""
         return {f for f in self.traced() if Path(f).is_relative_to(VINLENS_DIR)}
+
+
+def train_planted(
+    style: str, monitored: bool, backend: object, device: str = "cpu"
+) -> tuple[nn.Module, nn.Module, TrainingMonitor | None, int]:
+    """``STEPS`` SGD steps on ``device``, NaN planted in ``mid`` before step ``PLANT``;
+    ``style`` "eager", "wrap" (``torch.compile(model)``) or "inplace" (``model.compile()``):
+    (model, called, monitor, graphs)."""
+    torch.manual_seed(0)
+    model = Net().to(device)
+    called: nn.Module = model
+    if style == "wrap":
+        called = torch.compile(model, backend=backend)
+    elif style == "inplace":
+        model.compile(backend=backend)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8).to(device)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = called(x).square().mean()
+        loss.backward()
+        return loss
+
+    monitor = TrainingMonitor(called, every=3, on_nonfinite="record") if monitored else None
+    for index in range(STEPS):
+        if index == PLANT:
+            model.mid.gate.fill_(float("nan"))
+        if monitor is not None:
+            monitor.run_step(step)
+        else:
+            step()
+        if index < PLANT:
+            optimizer.step()
+    return model, called, monitor, int(counters["stats"]["unique_graphs"])

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo
-from compile_models import PATHS, Net, TracedCode
-from torch import nn
+from compile_models import PATHS, PLANT, TracedCode, train_planted
 from torch._dynamo.utils import counters
 
-from vinlens.health import TrainingMonitor, find_nonfinite_origin
+from vinlens.health import find_nonfinite_origin
 from vinlens.hooks import leftover_hooks
 
 
@@ -34,9 +33,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
 ]
 
-STEPS = 8
-PLANT = 7
-
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo() -> Iterator[None]:
@@ -46,51 +42,18 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def _train(
-    style: str, monitored: bool, backend: object
-) -> tuple[nn.Module, nn.Module, TrainingMonitor | None, int]:
-    """8 SGD steps, NaN planted in ``mid`` before step 7: (model, called, monitor, graphs)."""
-    torch.manual_seed(0)
-    model = Net()
-    called: nn.Module = model
-    if style == "wrap":
-        called = torch.compile(model, backend=backend)
-    elif style == "inplace":
-        model.compile(backend=backend)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(4, 8)
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = called(x).square().mean()
-        loss.backward()
-        return loss
-
-    monitor = TrainingMonitor(called, every=3, on_nonfinite="record") if monitored else None
-    for index in range(STEPS):
-        if index == PLANT:
-            model.mid.gate.fill_(float("nan"))
-        if monitor is not None:
-            monitor.run_step(step)
-        else:
-            step()
-        if index < PLANT:
-            optimizer.step()
-    return model, called, monitor, int(counters["stats"]["unique_graphs"])
-
-
 @pytest.mark.parametrize("style", ["wrap", "inplace"])
 def test_monitor_on_inductor_matches_eager_without_extra_graphs(style: str) -> None:
-    _, _, eager, _ = _train("eager", True, None)
+    _, _, eager, _ = train_planted("eager", True, None)
     assert eager is not None
     torch._dynamo.reset()
     counters.clear()
-    _, _, _, plain_graphs = _train(style, False, "inductor")
+    _, _, _, plain_graphs = train_planted(style, False, "inductor")
     assert plain_graphs >= 1
     torch._dynamo.reset()
     counters.clear()
     backend = TracedCode("inductor")
-    model, called, monitor, graphs = _train(style, True, backend)
+    model, called, monitor, graphs = train_planted(style, True, backend)
     assert monitor is not None
     assert graphs == plain_graphs  # the monitor made dynamo compile nothing more
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from compile_models import Net
+from compile_models import PATHS, PLANT, train_planted
 from health_models import Boost, assert_no_hooks
 from torch import nn
 from torch._dynamo.utils import counters
@@ -17,8 +17,6 @@ from torch._dynamo.utils import counters
 from vinlens.health import TrainingMonitor
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-CUDA = torch.device("cuda")
 
 
 @pytest.fixture(autouse=True)
@@ -29,43 +27,17 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def _compiled_run(monitored: bool) -> tuple[nn.Module, TrainingMonitor | None, int]:
-    torch.manual_seed(0)
-    model = Net().to(CUDA)
-    called = torch.compile(model)  # inductor, Triton kernels on CUDA
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(4, 8, device=CUDA)
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = called(x).square().mean()
-        loss.backward()
-        return loss
-
-    monitor = TrainingMonitor(called, every=3, on_nonfinite="record") if monitored else None
-    for index in range(6):
-        if index == 5:
-            model.mid.gate.fill_(float("nan"))
-        if monitor is not None:
-            monitor.run_step(step)
-        else:
-            step()
-        if index < 5:
-            optimizer.step()
-    return model, monitor, int(counters["stats"]["unique_graphs"])
-
-
 def test_inductor_on_cuda_names_the_eager_module_without_extra_graphs() -> None:
-    _, _, plain_graphs = _compiled_run(monitored=False)
+    _, _, _, plain_graphs = train_planted("wrap", False, "inductor", device="cuda")
     torch._dynamo.reset()
     counters.clear()
-    model, monitor, graphs = _compiled_run(monitored=True)
+    model, _, monitor, graphs = train_planted("wrap", True, "inductor", device="cuda")
     assert monitor is not None
     assert graphs == plain_graphs
     (event,) = monitor.events
-    assert event.step == 5 and event.replayed_eagerly
+    assert event.step == PLANT and event.replayed_eagerly
     assert event.origin is not None and event.origin.module_path == "mid"
-    assert "_orig_mod" not in " ".join(monitor.module_paths)
+    assert monitor.module_paths == PATHS
     assert_no_hooks(model)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from health_models import NanBackward
 from torch import nn
 
 from vinlens.health import NonFiniteGradientError
@@ -46,16 +47,6 @@ class InfBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         return grad * float("inf")  # an overflow, as a too-high loss scale makes one
-
-
-class NanBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * float("nan")
 
 
 class Planted(nn.Module):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from health_models import NanBackward
 from torch import nn
 
 from vinlens.health import NonFiniteGradientError
@@ -39,16 +40,6 @@ def hf(hidden_torchvision: None) -> types.ModuleType:
 @pytest.fixture(scope="module")
 def adapter(hf: types.ModuleType) -> types.ModuleType:
     return importlib.import_module("vinlens.integrations.transformers")
-
-
-class NanBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * float("nan")
 
 
 class Planted(nn.Module):

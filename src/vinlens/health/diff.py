@@ -395,10 +395,10 @@ def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleD
         pairs_found.append((a, b, all_finite))
     every_finite = all(all_finite for _, _, all_finite in pairs_found)
     for a, b, all_finite in pairs_found:
-        if every_finite:
-            pairs = _finite_differences(a, b)
+        if all_finite:
+            pairs = _finite_moments(a, b, product=not every_finite)
         else:
-            pairs = _finite_pair_moments(a, b) if all_finite else _pair_moments(a, b)
+            pairs = _pair_moments(a, b)
         for block_max, block_diff, block_a, block_b, block_dot in pairs:
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
             diff_sq += block_diff
@@ -449,13 +449,14 @@ def _cosine_from_distance(diff_sq: float, norm_a_sq: float, norm_b_sq: float) ->
     return min(1.0, max(-1.0, 1.0 - one_minus))
 
 
-def _finite_differences(
-    a: torch.Tensor, b: torch.Tensor
+def _finite_moments(
+    a: torch.Tensor, b: torch.Tensor, *, product: bool
 ) -> Iterator[tuple[float, float, float, float, float]]:
-    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, 0) per block of two all-finite outputs of a
-    call whose every output is finite (its cosine needs no ``<a, b>``): one ``aminmax``
-    of the difference, and dot products in the source dtype as in
-    :func:`_finite_pair_moments` (the norms' rounding then cancels in ``||a|| - ||b||``).
+    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, <a,b>) per block of two all-finite outputs:
+    one ``aminmax`` of the difference (the one temporary per block) and dot products of the
+    blocks themselves, accumulated by the backend in the source precision. Without
+    ``product`` the last term is 0: when every output of the call is finite its cosine
+    needs no ``<a, b>`` (the norms' rounding then cancels in ``||a|| - ||b||``).
     """
     a = a.detach()
     b = b.detach()
@@ -474,59 +475,19 @@ def _finite_differences(
             continue
         delta = flat_a - flat_b
         low, high = torch.aminmax(delta)
-        rows.append(
-            torch.stack(
-                [
-                    torch.maximum(high, -low),
-                    torch.dot(delta, delta),
-                    torch.dot(flat_a, flat_a),
-                    torch.dot(flat_b, flat_b),
-                ]
-            )
-        )
+        terms = [
+            torch.maximum(high, -low),
+            torch.dot(delta, delta),
+            torch.dot(flat_a, flat_a),
+            torch.dot(flat_b, flat_b),
+        ]
+        if product:
+            terms.append(torch.dot(flat_a, flat_b))
+        rows.append(torch.stack(terms))
     if not rows:
         return
-    for largest, squares, squares_a, squares_b in torch.stack(rows).to(torch.float64).tolist():
-        yield largest, squares, squares_a, squares_b, 0.0
-
-
-def _finite_pair_moments(
-    a: torch.Tensor, b: torch.Tensor
-) -> Iterator[tuple[float, float, float, float, float]]:
-    """:func:`_pair_moments` for two all-finite outputs: reductions in the source dtype.
-
-    One temporary per block (the difference); norms and products are dot products
-    of the blocks themselves, accumulated by the backend in the source precision.
-    """
-    a = a.detach()
-    b = b.detach()
-    if a.device != b.device:
-        b = b.to(a.device)
-    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
-        yield from _pair_moments(a, b)
-        return
-    rows: list[torch.Tensor] = []
-    for block_a, block_b in zip(
-        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
-    ):
-        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
-        flat_b = block_b.reshape(-1)
-        delta = flat_a - flat_b
-        rows.append(
-            torch.stack(
-                [
-                    torch.maximum(delta.amax(), -delta.amin()) if delta.numel() else delta.sum(),
-                    torch.dot(delta, delta),
-                    torch.dot(flat_a, flat_a),
-                    torch.dot(flat_b, flat_b),
-                    torch.dot(flat_a, flat_b),
-                ]
-            ).to(torch.float64)
-        )
-    if not rows:
-        return
-    for row in torch.stack(rows).tolist():
-        yield row[0], row[1], row[2], row[3], row[4]
+    for row in torch.stack(rows).to(torch.float64).tolist():
+        yield row[0], row[1], row[2], row[3], row[4] if product else 0.0
 
 
 def _pair_moments(
