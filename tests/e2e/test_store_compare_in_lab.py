@@ -88,9 +88,14 @@ def test_store_compare_widget(lab: Any) -> None:
 
     # Cancel a refresh while it runs; the shown comparison stays.
     lab.kernel_json("cmp.refresh() or 0")
-    cancel = widget.locator(".vl-sc-cancel")
-    if cancel.is_visible():
-        cancel.click()
+    # Checked and clicked in one page task: a refresh that ends between a visibility check
+    # and a Playwright click would hide the button and leave the click waiting.
+    clicked = page.evaluate(
+        """() => { const b = document.querySelector('.vl-sc .vl-sc-cancel');
+                   if (!b || b.hidden || b.offsetParent === null) return false;
+                   b.click(); return true; }"""
+    )
+    if clicked:
         page.wait_for_function(
             "() => document.querySelector('.vl-sc-step')?.textContent.includes('cancelled')"
             " || document.querySelector('.vl-sc-cancel').hidden",
