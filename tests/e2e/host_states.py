@@ -122,28 +122,13 @@ def builders() -> dict[str, Callable[[], Any]]:
     def training_monitor() -> Any:
         # The tour's training cell: a norm with its epsilon outside the square root and one
         # all-zero sample at step 120; the monitor names the module on the bad step.
-        from collections import OrderedDict
-
         from torch import nn
 
+        from vinlens.demo.training import build_model
         from vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom
         from vinlens.widgets.training_monitor import TrainingMonitorWidget
 
-        class RMSNorm(nn.Module):
-            def __init__(self, width: int) -> None:
-                super().__init__()
-                self.weight = nn.Parameter(torch.ones(width))
-
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)
-
-        torch.manual_seed(0)
-        net = nn.Sequential(
-            OrderedDict(
-                encoder=nn.Sequential(nn.Linear(16, 64, bias=False), RMSNorm(64), nn.ReLU()),
-                head=nn.Linear(64, 4),
-            )
-        )
+        net = build_model()  # RMSNorm with its epsilon outside the square root; seed 0
         inputs = torch.randn(200, 8, 16) * 2e4
         targets = torch.randint(0, 4, (200, 8))
         inputs[120, 3] = 0.0

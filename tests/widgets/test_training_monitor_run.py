@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from runlog_train import Spike
 from torch import nn
 
 from vinlens.health import EVENTS_KEPT, TrainingMonitor, open_run
@@ -24,31 +25,6 @@ from vinlens.widgets.training_monitor_payload import (
 
 NAN_STEP = 13
 FIELDS = [*SUMMARY_FIELDS, "grad_norm"]
-
-
-class _Poison(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, threshold: float) -> torch.Tensor:
-        ctx.poison = bool((x.abs() > threshold).any())
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return (grad * float("nan") if ctx.poison else grad), None
-
-
-class Spike(nn.Module):
-    """Its backward is NaN when an input is past ``threshold``: the NaN follows the batch,
-    so a replay into a freshly built model reproduces it."""
-
-    def __init__(self, width: int, threshold: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(width))
-        self.threshold = threshold
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _Poison.apply(x * self.weight, self.threshold)
-        return out
 
 
 def build_model(seed: int = 0, threshold: float = 100.0) -> nn.Sequential:

@@ -215,7 +215,8 @@ TOUR: list[_Cell] = [
     (
         "md",
         "## 11. A training run that blows up at a known step\n\n"
-        "The small network below has an `RMSNorm` with its epsilon outside the square root. "
+        "The small network below (`vinlens.demo.training.build_model`) has an `RMSNorm` with its "
+        "epsilon outside the square root (its `forward` is printed). "
         "At step 120 one sample is all zeros (a camera that went dark): the forward stays "
         "finite, but the gradient of `sqrt` at 0 is infinite and the backward makes NaN. "
         "`TrainingMonitor` checks every step with one gradient norm, replays the bad step "
@@ -227,7 +228,7 @@ TOUR: list[_Cell] = [
     ),
     (
         "code",
-        'from collections import OrderedDict\n\nfrom torch import nn\n\nfrom vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom\nfrom vinlens.widgets import TrainingMonitorWidget\n\n\nclass RMSNorm(nn.Module):\n    """RMS normalisation with its epsilon outside the square root: the bug."""\n\n    def __init__(self, width):\n        super().__init__()\n        self.weight = nn.Parameter(torch.ones(width))\n\n    def forward(self, x):\n        return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)\n\n\ntorch.manual_seed(0)\nnet = nn.Sequential(OrderedDict(\n    encoder=nn.Sequential(nn.Linear(16, 64, bias=False), RMSNorm(64), nn.ReLU()),\n    head=nn.Linear(64, 4),\n))\ninputs = torch.randn(200, 8, 16) * 2e4  # raw sensor units\ntargets = torch.randint(0, 4, (200, 8))\ninputs[120, 3] = 0.0  # at step 120 one camera went dark: an all-zero sample\nmonitor = TrainingMonitor(net, every=10)\nview = TrainingMonitorWidget(monitor, precision=precision_headroom(net, lambda: net(inputs[0])))\n',
+        'import inspect\n\nfrom torch import nn\n\nfrom vinlens.demo.training import RMSNorm, build_model\nfrom vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom\nfrom vinlens.widgets import TrainingMonitorWidget\n\nnet = build_model()  # encoder (Linear, RMSNorm, ReLU), head; seeded\nprint(inspect.getsource(RMSNorm.forward))  # the bug: + 1e-6 after the sqrt\ninputs = torch.randn(200, 8, 16) * 2e4  # raw sensor units\ntargets = torch.randint(0, 4, (200, 8))\ninputs[120, 3] = 0.0  # at step 120 one camera went dark: an all-zero sample\nmonitor = TrainingMonitor(net, every=10)\nview = TrainingMonitorWidget(monitor, precision=precision_headroom(net, lambda: net(inputs[0])))\n',
     ),
     ("code", "view"),
     (
