@@ -28,36 +28,19 @@ import argparse
 import concurrent.futures
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
-from bench_store_stats import write_store
+from bench_store_stats import steady_state_kernels, timed, write_pooled_rows, write_store
 from vinlens.store.compare import compare_vin_offline_stores
-from vinlens.store.diagnostics import collect_vin_offline_dataset_stats, kernels
-from vinlens.store.sample import VinOfflineSample
-from vinlens.store.writer import VinOfflineStoreWriter
+from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 
-T = TypeVar("T")
 
 CAMERAS = 8
 CAMERA_CANDIDATES = 16
 CAMERA_POINTS = 32
 LAYOUTS = ("voxel", "cameras-8", "cameras-256")
-
-
-def _timed(fn: Callable[[], T]) -> tuple[float, T]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
-def _steady_state_kernels() -> None:
-    """Count float16 with the compiled kernel (when installed) from the first value."""
-    kernels.COMPILED_AFTER = 0
 
 
 def _payload_bytes(store: Path) -> int:
@@ -74,35 +57,20 @@ def write_camera_store(path: Path, rows: int, rows_per_shard: int, seed: int = 0
     """A store with per-camera backbone fields (8, 64) float16 and (8, 16) float32."""
     rng = np.random.default_rng(seed)
     pool = 32  # random rows reused cyclically, so generating data does not dominate
-    c = CAMERA_CANDIDATES
     feat = [(rng.normal(size=(CAMERAS, 64)) * 0.5).astype(np.float16) for _ in range(pool)]
     pooled = [rng.normal(size=(CAMERAS, 16)).astype(np.float32) for _ in range(pool)]
     points = [rng.normal(size=(CAMERA_POINTS, 3)).astype(np.float32) for _ in range(pool)]
-    valid = [rng.random(c) > 0.2 for _ in range(pool)]
-    rri = [rng.beta(2, 5, size=c).astype(np.float32) for _ in range(pool)]
-    q = rng.normal(size=(c, 4))
-    q /= np.linalg.norm(q, axis=1, keepdims=True)
-    poses = np.concatenate([rng.normal(size=(c, 3)), q], axis=1).astype(np.float32)
-    with VinOfflineStoreWriter(
-        path, num_candidates=c, rows_per_shard=rows_per_shard, fsync=False
-    ) as writer:
-        for i in range(rows):
-            k = i % pool
-            scene, snippet = f"scene_{i // 64:06d}", f"snippet_{i % 64:06d}"
-            writer.add(
-                VinOfflineSample(
-                    sample_key=f"{scene}/{snippet}",
-                    scene_id=scene,
-                    snippet_id=snippet,
-                    split=("train", "train", "train", "val", "test")[i % 5],
-                    vin_points=points[k],
-                    candidate_valid=valid[k],
-                    rri=rri[k],
-                    candidate_ids=np.arange(c, dtype=np.int64),
-                    candidate_poses=poses,
-                    backbone={"feat": feat[k], "pooled": pooled[k]},
-                )
-            )
+    backbones = [{"feat": f, "pooled": p} for f, p in zip(feat, pooled, strict=True)]
+    write_pooled_rows(
+        path,
+        rows,
+        rng,
+        points,
+        backbones,
+        CAMERA_CANDIDATES,
+        rows_per_shard=rows_per_shard,
+        components=False,
+    )
     return rows
 
 
@@ -134,17 +102,17 @@ def _measure(a: Path, b: Path, repeat: int, workers: int) -> dict[str, float]:
         "compare_pool": [],
     }
     for _ in range(repeat):
-        times["stats"].append(_timed(stats_both)[0])
-        times["compare"].append(_timed(compare)[0])
+        times["stats"].append(timed(stats_both)[0])
+        times["compare"].append(timed(compare)[0])
     if workers:
         with concurrent.futures.ProcessPoolExecutor(
-            workers, initializer=_steady_state_kernels
+            workers, initializer=steady_state_kernels
         ) as pool:
             compare(pool)  # start the workers
             stats_both(pool)
             for _ in range(repeat):
-                times["stats_pool"].append(_timed(lambda: stats_both(pool))[0])
-                times["compare_pool"].append(_timed(lambda: compare(pool))[0])
+                times["stats_pool"].append(timed(lambda: stats_both(pool))[0])
+                times["compare_pool"].append(timed(lambda: compare(pool))[0])
     return {k: min(v) for k, v in times.items() if v}
 
 
@@ -168,13 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="vinlens-bench-compare-"))
         root = tmp
     try:
-        _steady_state_kernels()
+        steady_state_kernels()
         results: dict[str, dict[str, float]] = {}
         for layout in args.layout:
             a, b = root / layout / "a", root / layout / "b"
             for path, seed in ((a, 0), (b, 1)):
                 if not (path / "manifest.json").exists():
-                    seconds, num = _timed(
+                    seconds, num = timed(
                         lambda p=path, s=seed, lay=layout: _write(lay, p, s, size_mb, camera_rows)
                     )
                     print(f"{layout}: wrote {num} samples to {path.name} in {seconds:.1f} s")

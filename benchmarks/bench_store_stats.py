@@ -61,19 +61,42 @@ def write_store(path: Path, size_mb: float, seed: int = 0) -> int:
     num = max(8, int(size_mb * 1e6 // _row_bytes()))
     rng = np.random.default_rng(seed)
     pool = 32  # random rows reused cyclically, so generating data does not dominate
-    c = NUM_CANDIDATES
     voxel = [(rng.normal(size=BACKBONE_SHAPE) * 0.5).astype(np.float16) for _ in range(pool)]
     glob = [rng.normal(size=256).astype(np.float32) for _ in range(pool)]
     points = [
         rng.normal(size=(int(rng.integers(*VIN_POINTS)), 3)).astype(np.float32) for _ in range(pool)
     ]
+    backbones = [{"voxel": v, "global": g} for v, g in zip(voxel, glob, strict=True)]
+    write_pooled_rows(
+        path, num, rng, points, backbones, NUM_CANDIDATES, rows_per_shard=128, components=True
+    )
+    return num
+
+
+def write_pooled_rows(
+    path: Path,
+    rows: int,
+    rng: np.random.Generator,
+    points: list[np.ndarray],
+    backbones: list[dict[str, np.ndarray]],
+    num_candidates: int,
+    *,
+    rows_per_shard: int,
+    components: bool,
+) -> None:
+    """``rows`` samples cycling through pools of random points and backbone fields (drawn
+    by the caller), with candidates, RRI (and an RRI component) drawn here from ``rng``."""
+    pool = len(points)
+    c = num_candidates
     valid = [rng.random(c) > 0.2 for _ in range(pool)]
     rri = [rng.beta(2, 5, size=c).astype(np.float32) for _ in range(pool)]
     q = rng.normal(size=(c, 4))
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     poses = np.concatenate([rng.normal(size=(c, 3)), q], axis=1).astype(np.float32)
-    with VinOfflineStoreWriter(path, num_candidates=c, rows_per_shard=128, fsync=False) as writer:
-        for i in range(num):
+    with VinOfflineStoreWriter(
+        path, num_candidates=c, rows_per_shard=rows_per_shard, fsync=False
+    ) as writer:
+        for i in range(rows):
             k = i % pool
             scene, snippet = f"scene_{i // 64:06d}", f"snippet_{i % 64:06d}"
             writer.add(
@@ -85,13 +108,12 @@ def write_store(path: Path, size_mb: float, seed: int = 0) -> int:
                     vin_points=points[k],
                     candidate_valid=valid[k],
                     rri=rri[k],
-                    rri_components={"visibility": rri[(k + 1) % pool]},
+                    rri_components={"visibility": rri[(k + 1) % pool]} if components else {},
                     candidate_ids=np.arange(c, dtype=np.int64),
                     candidate_poses=poses,
-                    backbone={"voxel": voxel[k], "global": glob[k]},
+                    backbone=backbones[k],
                 )
             )
-    return num
 
 
 def payload_files(path: Path) -> list[Path]:
@@ -134,7 +156,7 @@ def dask_backbone_moments(store: Path, workers: int) -> list[tuple[float, float,
     return out
 
 
-def _steady_state_kernels() -> None:
+def steady_state_kernels() -> None:
     """Count float16 with the compiled kernel (when installed) from the first value.
 
     A process switches to it after ``kernels.COMPILED_AFTER`` values, so any scan of more
@@ -147,7 +169,7 @@ def _steady_state_kernels() -> None:
 T = TypeVar("T")
 
 
-def _timed(fn: Callable[[], T]) -> tuple[float, T]:
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     """Seconds one call of ``fn`` took, and its result (``main`` alternates the repeats)."""
     start = time.perf_counter()
     result = fn()
@@ -181,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         collect_vin_offline_dataset_stats(store, max_samples=8)  # warm imports (torch, zarr)
 
         workers = args.workers
-        _steady_state_kernels()
+        steady_state_kernels()
         collect_vin_offline_dataset_stats(store, max_samples=None)  # loads numba, if installed
         with concurrent.futures.ProcessPoolExecutor(
-            workers, initializer=_steady_state_kernels
+            workers, initializer=steady_state_kernels
         ) as pool:
             # Start the workers and let each open the store once before timing.
             collect_vin_offline_dataset_stats(store, max_samples=None, executor=pool)
@@ -199,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             compiled = kernels.float16_counts_compiled(np.zeros(4, np.float16)) is not None
             for _ in range(args.repeat):  # alternate, so drift on a shared machine hits all
-                times["raw"].append(_timed(lambda: raw_read(files))[0])
-                seconds, stats = _timed(
+                times["raw"].append(timed(lambda: raw_read(files))[0])
+                seconds, stats = timed(
                     lambda: collect_vin_offline_dataset_stats(store, max_samples=None)
                 )
                 times["stats"].append(seconds)
@@ -208,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     # The same scan with float16 counts by np.bincount only (no numba).
                     after, kernels.COMPILED_AFTER = kernels.COMPILED_AFTER, 1 << 62
                     try:
-                        seconds, plain = _timed(
+                        seconds, plain = timed(
                             lambda: collect_vin_offline_dataset_stats(store, max_samples=None)
                         )
                     finally:
@@ -217,18 +239,18 @@ def main(argv: list[str] | None = None) -> int:
                     if plain != stats:
                         print("error: records differ with and without numba", file=sys.stderr)
                         return 1
-                seconds, pooled = _timed(
+                seconds, pooled = timed(
                     lambda: collect_vin_offline_dataset_stats(
                         store, max_samples=None, executor=pool
                     )
                 )
                 times["pool"].append(seconds)
-                times["dask1"].append(_timed(lambda: dask_backbone_moments(store, 1))[0])
-                times["daskN"].append(_timed(lambda: dask_backbone_moments(store, workers))[0])
+                times["dask1"].append(timed(lambda: dask_backbone_moments(store, 1))[0])
+                times["daskN"].append(timed(lambda: dask_backbone_moments(store, workers))[0])
         if pooled != stats:
             print("error: records differ between 1 and N workers", file=sys.stderr)
             return 1
-        sampled, _ = _timed(lambda: collect_vin_offline_dataset_stats(store))
+        sampled, _ = timed(lambda: collect_vin_offline_dataset_stats(store))
         best = {k: min(v) for k, v in times.items() if v}
         mb = payload / 1e6
         print(f"store: {store} ({mb:.0f} MB payload in {len(files)} files)")
