@@ -36,7 +36,6 @@ from bench_store_stats import steady_state_kernels, timed, write_pooled_rows, wr
 from vinlens.store.compare import compare_vin_offline_stores
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 
-
 CAMERAS = 8
 CAMERA_CANDIDATES = 16
 CAMERA_POINTS = 32

@@ -228,7 +228,7 @@ TOUR: list[_Cell] = [
     ),
     (
         "code",
-        'import inspect\n\nfrom torch import nn\n\nfrom vinlens.demo.training import RMSNorm, build_model\nfrom vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom\nfrom vinlens.widgets import TrainingMonitorWidget\n\nnet = build_model()  # encoder (Linear, RMSNorm, ReLU), head; seeded\nprint(inspect.getsource(RMSNorm.forward))  # the bug: + 1e-6 after the sqrt\ninputs = torch.randn(200, 8, 16) * 2e4  # raw sensor units\ntargets = torch.randint(0, 4, (200, 8))\ninputs[120, 3] = 0.0  # at step 120 one camera went dark: an all-zero sample\nmonitor = TrainingMonitor(net, every=10)\nview = TrainingMonitorWidget(monitor, precision=precision_headroom(net, lambda: net(inputs[0])))\n',
+        "import inspect\n\nfrom torch import nn\n\nfrom vinlens.demo.training import RMSNorm, build_model\nfrom vinlens.health import NonFiniteGradientError, TrainingMonitor, precision_headroom\nfrom vinlens.widgets import TrainingMonitorWidget\n\nnet = build_model()  # encoder (Linear, RMSNorm, ReLU), head; seeded\nprint(inspect.getsource(RMSNorm.forward))  # the bug: + 1e-6 after the sqrt\ninputs = torch.randn(200, 8, 16) * 2e4  # raw sensor units\ntargets = torch.randint(0, 4, (200, 8))\ninputs[120, 3] = 0.0  # at step 120 one camera went dark: an all-zero sample\nmonitor = TrainingMonitor(net, every=10)\nview = TrainingMonitorWidget(monitor, precision=precision_headroom(net, lambda: net(inputs[0])))\n",
     ),
     ("code", "view"),
     (
