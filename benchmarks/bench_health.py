@@ -3,12 +3,15 @@
 
 * ``collect_activation_stats`` over N batches / (N plain forwards + the floor), every module
   summarized. The floor is the one fused pass a summary needs over every module output of
-  the same forwards, timed alone in the same run: the torch kernels of
-  ``vinlens.model_inspection.summary``'s CPU path per output (``aminmax`` in the source
-  dtype, one float64 copy, ``sum`` and ``dot`` there, and ``abs_`` + ``count_nonzero`` of
-  the bits when 0 is in range), without hooks, records or Python bookkeeping; the outputs
-  are collected by a reference-keeping hook in an untimed forward just before. ``stats /
-  plain`` is printed beside it;
+  the same forwards, timed alone in the same run: the kernels of
+  ``vinlens.model_inspection.summary``'s CPU path per output, without hooks, records or
+  Python bookkeeping. With numba (the ``fast`` extra) that is ``aminmax`` in the source
+  dtype and the compiled float64 sum / sum of squares / zero count over the output's
+  memory (the kernel the summaries use, loaded before any timing); without numba, or for
+  an output that is not dense, the torch kernels of the fallback (``aminmax``, one float64
+  copy, ``sum`` and ``dot`` there, and ``abs_`` + ``count_nonzero`` of the bits when 0 is
+  in range). The outputs are collected by a reference-keeping hook in an untimed forward
+  just before. ``stats / plain`` is printed beside it, and the header says which floor;
 * ``find_nonfinite_origin`` (every module's inputs and outputs summarized) / one plain forward;
 * ``compare_models`` (two models in lockstep) / two plain forwards.
 
@@ -33,6 +36,10 @@ from torch import nn
 from cnn_models import MODELS
 from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
 from vinlens.hooks import HookSet
+from vinlens.model_inspection import summary
+
+# Loaded here, untimed (importing numba and its cached kernel takes ~1 s once per process).
+KERNEL = summary._moments_kernel()
 
 STATS, ORIGIN, DIFF = 1.15, 1.4, 2.2
 
@@ -46,6 +53,11 @@ def cpu_time(work: Callable[[], object], clock: Callable[[], float] = time.threa
 def fused_pass(tensor: torch.Tensor) -> None:
     """The kernels of one summary of a CPU float32 output (see the module docstring)."""
     low, high = torch.aminmax(tensor)
+    flat = summary._memory_order(tensor) if KERNEL is not None else None
+    if flat is not None:
+        float(low), float(high)
+        KERNEL(flat)
+        return
     wide = torch.empty(tensor.shape, dtype=torch.float64)
     wide.copy_(tensor)
     flat = wide.view(-1)
@@ -117,7 +129,8 @@ def main() -> None:
     batches = [torch.randn(4, 3, 128, 128) for _ in range(count)]
     print(
         f"health engine vs plain forwards: batches 4 x 3 x 128 x 128, eval, no_grad, 1 torch "
-        f"thread; {repetitions} interleaved repetitions, medians of CPU time"
+        f"thread; {repetitions} interleaved repetitions, medians of CPU time; floor: "
+        f"{'aminmax + the compiled pass (numba)' if KERNEL is not None else 'torch kernels'}"
     )
     for name in args.models:
         model = MODELS[name]().eval()

@@ -4,10 +4,12 @@ A summary reads every element of a floating tensor through reductions on the
 tensor as it is (strided, permuted, sliced) and moves only a handful of scalars
 to the host; the tensor is never copied whole (at most one bounded block at a time).
 
-* float32/float64 on the CPU: one read of the tensor, a bounded block at a time, into
-  float64 (sum, sum of squares, min, max, and a zero count when 0 lies in a block's
-  range), so every sum accumulates in float64 whatever the CPU's float32 kernels do;
-  on a device, five or six reductions and one host transfer. When a value comes back
+* float32/float64 on the CPU: the extremes from one ``aminmax``, then one compiled read of
+  the tensor in memory order (sum, sum of squares and zeros, accumulated in float64) when
+  numba is installed (the ``fast`` extra) and the tensor is dense; otherwise one read a
+  bounded block at a time into float64 (``sum``, ``dot``, and a zero count when 0 lies in
+  the range). Either way every sum accumulates in float64 whatever the CPU's float32
+  kernels do; on a device, five or six reductions and one host transfer. When a value comes back
   non-finite (a NaN or an infinity, or a sum of squares that overflows), the tensor
   takes the blockwise path below instead. A finite tensor whose mean dominates its
   spread (where a one-pass variance would lose it) gets its mean and sum of squared
@@ -30,12 +32,14 @@ independent of their number.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from vinlens.operations import chan_merge
@@ -367,8 +371,7 @@ def _fast_path(acc: SummaryAccumulator, tensor: torch.Tensor, repeat: int) -> bo
     """Reductions on the whole strided view; False (nothing added) when a value is not finite.
 
     On the CPU the extremes are read first (a NaN or an infinity stops there) and the
-    moments accumulate in float64 block by block (:func:`_cpu_moments`), the zero count
-    only when the range holds 0; on a device all reductions are queued and read in one
+    moments accumulate in float64 (:func:`_cpu_moments`); on a device all reductions are queued and read in one
     transfer.
     """
     if tensor.device.type == "cpu":
@@ -455,20 +458,35 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
     The extremes come first, from one ``aminmax`` over the tensor as it is, in its own
     dtype (exact: no rounding): it propagates NaN and an infinity is an extreme, so a
     finite pair proves every value finite and a non-finite one hands the tensor to the
-    blockwise path before any float64 work. The sums then read the tensor once more, one
-    bounded block at a time, into a float64 buffer (float32 widens exactly; a contiguous
-    float64 block is used in place): ``sum`` and ``dot`` there, the block results added
-    as Python floats, and a zero count only when 0 lies in the range. Every float64
-    reduction, in whatever order a kernel adds, errs by at most ``gamma_k * sum(|x|)``
-    (``gamma_k = k u / (1 - k u)``, ``u = 2**-53``, ``k`` the block's elements; Higham,
-    *Accuracy and Stability of Numerical Algorithms*, 3.1), so the accuracy of the moments
-    is a property of this algorithm, not of one machine's float32 rounding (a float32
-    ``sdot``/``bmm`` chunk sum erred 1e-7 relative on one CPU and 4e-7 on another).
+    blockwise path before any float64 work. The sums then read the tensor once more:
+
+    * with numba (the ``fast`` extra; decided once per process, :func:`_moments_kernel`)
+      and a dense tensor (:func:`_memory_order`), one compiled pass over its memory per
+      block of at most ``BLOCK_ELEMENTS`` values adds every value, its square and its
+      zero test into float64 (:mod:`._summary_kernel`; the compiler may split the adds
+      over vector lanes, another summation order), the block results added as Python
+      floats;
+    * otherwise (no numba, a strided view with gaps, a tensor subclass, a negative view)
+      one bounded block at a time into a float64 buffer (float32 widens exactly; a
+      contiguous float64 block is used in place): ``sum`` and ``dot`` there, the block
+      results added as Python floats, and a zero count only when 0 lies in the range.
+
+    Every float64 reduction, in whatever order a kernel adds, errs by at most ``gamma_k *
+    sum(|x|)`` (``gamma_k = k u / (1 - k u)``, ``u = 2**-53``, ``k`` the block's elements;
+    Higham, *Accuracy and Stability of Numerical Algorithms*, 3.1), so the accuracy of the
+    moments is a property of this algorithm, not of one machine's float32 rounding (a
+    float32 ``sdot``/``bmm`` chunk sum erred 1e-7 relative on one CPU and 4e-7 on another).
+    Both ways give the same count, extremes and zeros, and sums within that bound.
     """
     extremes = torch.aminmax(tensor)
     low, high = float(extremes[0]), float(extremes[1])
     if not (math.isfinite(low) and math.isfinite(high)):
         return None
+    kernel = _moments_kernel()
+    if kernel is not None:
+        flat = _memory_order(tensor)
+        if flat is not None:
+            return _compiled_moments(kernel, flat, low, high)
     zeros_possible = low <= 0.0 <= high
     if tensor.numel() <= BLOCK_ELEMENTS:  # the common activation: one block, no loop
         if tensor.dtype == torch.float64 and tensor.is_contiguous():
@@ -497,6 +515,77 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
         total += found[0]
         squares += found[1]
         zeros += found[2]
+    return total, squares, low, high, zeros
+
+
+_Kernel = Callable[[np.ndarray], tuple[float, float, int]]
+_KERNEL: _Kernel | None = None
+_KERNEL_LOADED = False
+_KERNEL_LOCK = threading.Lock()
+
+
+def _moments_kernel() -> _Kernel | None:
+    """The compiled sums of :mod:`._summary_kernel`, or None without numba.
+
+    Loaded on the first CPU summary of the process (importing numba and reading its cached
+    machine code takes ~1-1.5 s, once; the first run after an install compiles, ~2 s) and
+    kept for the process, so the path never changes part way through: a tensor summarized
+    twice gives the same numbers.
+    """
+    global _KERNEL, _KERNEL_LOADED
+    if not _KERNEL_LOADED:
+        with _KERNEL_LOCK:
+            if not _KERNEL_LOADED:
+                try:
+                    module = importlib.import_module("vinlens.model_inspection._summary_kernel")
+                except ImportError:  # numba (the ``fast`` extra) is not installed
+                    _KERNEL = None
+                else:
+                    _KERNEL = module.moments
+                _KERNEL_LOADED = True
+    return _KERNEL
+
+
+def _memory_order(tensor: torch.Tensor) -> np.ndarray | None:
+    """Every element of a dense CPU tensor once, as a 1-d numpy view of its memory (no copy);
+    None when the tensor is not dense or numpy cannot read it as it is.
+
+    A permutation of the dimensions by decreasing stride that is contiguous proves the
+    elements fill ``numel`` consecutive storage slots, each once (channels_last and other
+    permuted dense tensors); the statistics do not depend on the order they are read in.
+    Tensor subclasses and negative views (``numpy()`` refuses the neg bit) keep the torch
+    path.
+    """
+    if type(tensor) is not torch.Tensor or tensor.is_neg():
+        return None
+    if not tensor.is_contiguous():
+        strides = tensor.stride()
+        tensor = tensor.permute(sorted(range(tensor.dim()), key=strides.__getitem__)[::-1])
+        if not tensor.is_contiguous():
+            return None
+    flat: np.ndarray = tensor.view(-1).numpy()
+    flags = flat.flags
+    return flat if flags.aligned and flags.writeable else None
+
+
+def _compiled_moments(
+    kernel: _Kernel, flat: np.ndarray, low: float, high: float
+) -> tuple[float, float, float, float, int] | None:
+    """:func:`_cpu_moments` with the compiled kernel, one block of ``BLOCK_ELEMENTS`` values
+    at a time; None when a float64 sum overflows (finite float64 values near its maximum)."""
+    n = flat.size
+    if n <= BLOCK_ELEMENTS:  # the common activation: one block, no loop
+        total, squares, zeros = kernel(flat)
+    else:
+        total = squares = 0.0
+        zeros = 0
+        for start in range(0, n, BLOCK_ELEMENTS):
+            block_total, block_squares, block_zeros = kernel(flat[start : start + BLOCK_ELEMENTS])
+            total += block_total
+            squares += block_squares
+            zeros += block_zeros
+    if not math.isfinite(total):
+        return None
     return total, squares, low, high, zeros
 
 
