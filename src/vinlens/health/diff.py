@@ -21,7 +21,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
-from vinlens.wrappers import run_eagerly
+from vinlens.wrappers import has_compile_wrappers, run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
 
@@ -319,9 +319,12 @@ def compare_models(
     worker = threading.Thread(target=run_b, name="vinlens-compare-model-b", daemon=True)
     # Compiled forwards run eagerly (the stance is process-wide, so model B's thread too):
     # compiled code would not call the hooks, and dynamo must not trace them.
+    # Forward taps serve both models (each call is matched by module identity, on either
+    # thread); a model holding torch.compile wrappers gets instance hooks.
+    taps = not (has_compile_wrappers(model_a) or has_compile_wrappers(model_b))
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=False)
-        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=False)
+        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=taps)
+        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=taps)
         try:
             worker.start()
             try:
