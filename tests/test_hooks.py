@@ -3,8 +3,10 @@ calls are paired per thread."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
+from copy import deepcopy
 from typing import Any
 
 import pytest
@@ -53,8 +55,15 @@ def _finish(outcome: str, body: Callable[[], None]) -> None:
             body()
 
 
+LINEAR_FORWARD = nn.Linear.__dict__["forward"]
+
+
 def _no_hooks(model: nn.Module) -> None:
     assert leftover_hooks(model.modules()) == []
+    # Every class forward a tap replaced is the original object again.
+    assert nn.Linear.__dict__["forward"] is LINEAR_FORWARD
+    for module in model.modules():
+        assert not hasattr(type(module).forward, "__wrapped__"), type(module)
     for parameter in model.parameters():
         assert not getattr(parameter, "_post_accumulate_grad_hooks", None)
 
@@ -122,12 +131,16 @@ def test_labelled_module_hooks_are_removed_with_their_kwargs_flags(
                 use_global=use_global,
             )
             if use_global:
-                assert torch_module._global_forward_pre_hooks
-                assert model.a._forward_pre_hooks_with_kwargs
+                # Forward taps, no global hook: every other module call in the process
+                # stays on PyTorch's fast path.
+                assert not torch_module._global_forward_pre_hooks
+                assert not torch_module._global_forward_hooks
+                assert nn.Linear.__dict__["forward"] is not LINEAR_FORWARD
+                assert not model.a._forward_pre_hooks and not model.a._forward_hooks
             _run(model, outcome)
 
     _finish(outcome, body)
-    assert ("pre", "<root>", {"scale": 2.0}) in calls  # kwargs reach the global pre-hook too
+    assert ("pre", "<root>", {"scale": 2.0}) in calls  # kwargs reach the tap's pre-hook too
     assert ("post", "b", (3, 2)) in calls
     # Backward reaches the output first; a module's input gradients come after its children's.
     assert [c[1] for c in calls if c[0] == "bpre"] == ["<root>", "b", "a"]
@@ -169,6 +182,128 @@ def test_always_call_post_hook_runs_when_the_forward_raises() -> None:
         )
         model(torch.zeros(1))
     assert seen == ["0", "1"]
+    _no_hooks(model)
+
+
+class Base(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor, shift: float = 0.0) -> torch.Tensor:
+        """Base's own forward."""
+        return x * self.weight + shift
+
+
+class Derived(Base):
+    def forward(self, x: torch.Tensor, shift: float = 0.0) -> torch.Tensor:
+        return super().forward(x, shift) * 2
+
+
+class Inherits(Base):
+    """No forward of its own: Base's runs."""
+
+
+BASE_FORWARD = Base.__dict__["forward"]
+DERIVED_FORWARD = Derived.__dict__["forward"]
+
+
+def test_taps_serve_only_their_instances_once_per_call() -> None:
+    base, derived, inherits, stranger = Base(), Derived(), Inherits(), Base()
+    model = nn.Sequential(base, derived, inherits)
+    calls: list[tuple[str, str]] = []
+    with HookSet() as hooks:
+        hooks.hook_modules(
+            [("base", base), ("derived", derived), ("inherits", inherits)],
+            lambda label, a, k: calls.append(("pre", label)),
+            lambda label, a, o: calls.append(("post", label)),
+        )
+        # One tap per class defining the forward that runs; none on Inherits.
+        assert "forward" not in Inherits.__dict__
+        assert Derived.__dict__["forward"].__wrapped__ is DERIVED_FORWARD
+        assert Base.__dict__["forward"].__wrapped__ is BASE_FORWARD
+        # The signature and docstring seen by code that inspects forward are unchanged.
+        assert inspect.signature(base.forward) == inspect.signature(BASE_FORWARD.__get__(base))
+        assert base.forward.__doc__ == "Base's own forward."
+        x = torch.ones(2)
+        out = model(x)
+        # Derived's super().forward runs Base's tap for a Derived instance: not recorded
+        # again. A Base that is not a target, and a copy made now, pass straight through.
+        assert calls == [
+            ("pre", "base"),
+            ("post", "base"),
+            ("pre", "derived"),
+            ("post", "derived"),
+            ("pre", "inherits"),
+            ("post", "inherits"),
+        ]
+        copy = deepcopy(base)
+        with torch.no_grad():
+            copy.weight.fill_(3.0)
+        torch.testing.assert_close(copy(x), torch.full((2,), 3.0))
+        torch.testing.assert_close(stranger(x), x)
+        assert len(calls) == 6
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    assert Base.__dict__["forward"] is BASE_FORWARD
+    assert Derived.__dict__["forward"] is DERIVED_FORWARD
+    assert "forward" not in Inherits.__dict__
+    _no_hooks(model)
+
+
+def test_taps_are_shared_by_sets_and_restored_when_the_last_one_goes() -> None:
+    model = Net()
+    outer_seen: list[str] = []
+    inner_seen: list[str] = []
+    outer = HookSet()
+    outer.hook_modules([("a", model.a)], post=lambda label, a, o: outer_seen.append(label))
+    with HookSet() as inner:
+        inner.hook_modules(
+            [("a", model.a), ("b", model.b)], post=lambda label, a, o: inner_seen.append(label)
+        )
+        model(torch.randn(1, 4))
+    assert (outer_seen, inner_seen) == (["a"], ["a", "b"])
+    assert nn.Linear.__dict__["forward"] is not LINEAR_FORWARD  # the outer set still needs it
+    model(torch.randn(1, 4))
+    assert (outer_seen, inner_seen) == (["a", "a"], ["a", "b"])
+    outer.remove()
+    _no_hooks(model)
+
+
+def test_a_forward_patched_over_a_tap_is_left_and_the_tap_passes_through() -> None:
+    model = Net()
+    seen: list[str] = []
+    original = nn.Linear.__dict__["forward"]
+    try:
+        with HookSet() as hooks:
+            hooks.hook_modules([("a", model.a)], post=lambda label, a, o: seen.append(label))
+            tapped = nn.Linear.__dict__["forward"]
+
+            def patched(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+                return tapped(self, x) + 1
+
+            nn.Linear.forward = patched  # another library wraps forward while the set lives
+        assert nn.Linear.__dict__["forward"] is patched
+        x = torch.randn(1, 4)
+        torch.testing.assert_close(
+            model.a(x), nn.functional.linear(x, model.a.weight, model.a.bias) + 1
+        )
+        assert seen == []  # the set is gone: nothing recorded
+        assert leftover_hooks(model.modules()) == []
+    finally:
+        nn.Linear.forward = original
+    _no_hooks(model)
+
+
+def test_an_instance_forward_of_its_own_gets_instance_hooks() -> None:
+    model = Net()
+    linear_forward = model.a.forward
+    model.a.forward = lambda x: linear_forward(x) * 0  # type: ignore[method-assign]
+    seen: dict[str, torch.Tensor] = {}
+    with HookSet() as hooks:
+        hooks.hook_modules([("a", model.a)], post=lambda label, a, o: seen.setdefault(label, o))
+        assert model.a._forward_hooks  # a tap would never see this instance's calls
+        model.a(torch.randn(1, 4))
+    assert torch.count_nonzero(seen["a"]) == 0
     _no_hooks(model)
 
 

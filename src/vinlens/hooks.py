@@ -11,11 +11,18 @@ Kinds of hooks:
 
 * instance forward pre-hooks (optionally with kwargs) and forward hooks (optionally
   ``always_call``, so they also run when the forward raises);
-* global forward hooks filtered by module identity (:meth:`HookSet.hook_modules`): one
-  global pre/post pair serves a whole model, because registering two instance hooks
-  per module costs more than a light CNN's forward. PyTorch's global pre-hook API has
-  no ``with_kwargs``; modules are flagged per hook id instead and the flags are
-  removed on exit;
+* forward taps (:meth:`HookSet.hook_modules`, the whole-model fast path): the
+  ``forward`` of each target's class is replaced, for the life of the set, by one
+  function that looks the calling instance up by identity and runs the labelled
+  pre/post callbacks around the original. Instance hooks would cost two registrations
+  per module, and any global hook puts *every* module call in the process on
+  PyTorch's slow hooked path (about 5-10 us a call in ``Module._call_impl``, more
+  than a light CNN's BatchNorm or activation itself); a tap leaves ``_call_impl`` on
+  its fast path and adds one Python frame. Taps are shared by every set and
+  reference-counted per class under a lock; the original ``forward`` is put back
+  when the last set using it is removed. Modules a tap cannot serve (instance
+  hooks or an instance ``forward`` of their own, TorchScript, a ``forward`` that is
+  not a Python function) get instance hooks;
 * full backward hooks and full backward pre-hooks on instances, and globally filtered
   by module identity;
 * tensor hooks (``Tensor.register_hook``) and parameter post-accumulate-grad hooks.
@@ -30,6 +37,7 @@ Designed after ``torch/utils/hooks.py`` (``RemovableHandle``) and Captum's
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 from collections.abc import Callable, Iterable, Sequence
@@ -76,8 +84,9 @@ def has_forward_hooks(module: nn.Module) -> bool:
 def leftover_hooks(modules: Iterable[nn.Module] = ()) -> list[str]:
     """Descriptions of hooks still registered: global ones and on ``modules``' instances.
 
-    An empty list means nothing is left; tests of every engine call this after
-    success, exceptions and cancellation.
+    Forward taps (see the module docstring) still filed are reported too. An empty
+    list means nothing is left; tests of every engine call this after success,
+    exceptions and cancellation.
     """
     found: list[str] = []
     for name in (
@@ -91,6 +100,11 @@ def leftover_hooks(modules: Iterable[nn.Module] = ()) -> list[str]:
         table = getattr(_torch_module, name, None)
         if table:
             found.append(f"torch.nn.modules.module.{name}: {len(table)}")
+    with _TAPS_LOCK:
+        for owner, class_tap in _TAPS.items():
+            found.append(
+                f"vinlens forward tap on {owner.__qualname__}: {class_tap.groups} live group(s)"
+            )
     for module in modules:
         for name in (
             "_forward_pre_hooks",
@@ -232,79 +246,64 @@ class HookSet:
         """``pre``/``post`` around every call of every target module, labelled by path.
 
         With ``use_global`` (the whole-model fast path), modules without instance
-        forward hooks of their own are served by one global pre-hook and one global
-        forward hook filtered by module identity (a with-kwargs flag per module for
-        the pre-hook, removed with the set). Modules that already carry instance hooks
-        get instance hooks appended after theirs, so these still see what those hooks
-        change; so do all targets without ``use_global`` (a few modules: global hooks
-        would put every other module's call on PyTorch's slower hooked path).
+        forward hooks of their own are served by forward taps (see the module
+        docstring): ``pre`` sees the arguments ``forward`` receives, after every
+        pre-hook; ``post`` sees what ``forward`` returned, before any forward hook.
+        Modules that already carry instance hooks get instance hooks appended after
+        theirs, so these still see what those hooks change; so do modules a tap cannot
+        serve, and all targets without ``use_global``.
 
         The pre-hook receives kwargs (``{}`` when none). A module reached under two
-        labels keeps the first.
+        labels keeps the first. With ``always_call``, ``post`` also runs (with output
+        None) when the forward raises an ``Exception``, as PyTorch's always-called
+        hooks do.
         """
-        instance: list[tuple[str, nn.Module]] = []
-        labels: dict[int, str] = {}
-        modules: list[nn.Module] = []
+        instance: dict[int, tuple[str, nn.Module]] = {}
+        filed: dict[int, tuple[str, type]] = {}
+        owners: dict[type, type | None] = {}  # per class: whose forward a call runs
+        tappable = use_global and (pre is not None or post is not None)
         for label, module in targets:
-            if id(module) in labels:
+            key = id(module)
+            if key in filed or key in instance:
                 continue
-            if use_global and not has_forward_hooks(module):
-                labels[id(module)] = label
-                modules.append(module)
-            else:
-                instance.append((label, module))
-        if labels:
-            self._global_forward(labels, modules, pre, post, always_call)
-        for label, module in instance:
+            cls = type(module)
+            owner = owners.get(cls, _UNKNOWN) if tappable else None
+            if owner is _UNKNOWN:
+                owner = owners[cls] = _tap_owner(cls)
+            state = module.__dict__
+            if (
+                owner is None
+                or "forward" in state  # an instance forward of its own
+                or state["_forward_pre_hooks"]
+                or state["_forward_hooks"]
+            ):
+                instance[key] = (label, module)
+                continue
+            filed[key] = (label, owner)
+        if filed:
+            self._tap(_TapGroup(filed, [module for _, module in targets], pre, post, always_call))
+        for label, module in instance.values():
             if pre is not None:
                 self.forward_pre(module, _instance_pre(label, pre), with_kwargs=True)
             if post is not None:
                 self.forward(module, _instance_post(label, post), always_call=always_call)
 
-    def _global_forward(
-        self,
-        labels: dict[int, str],
-        modules: list[nn.Module],
-        pre: LabelledPreHook | None,
-        post: LabelledPostHook | None,
-        always_call: bool,
-    ) -> None:
-        find = labels.get
-        if pre is not None:
-            call_pre = pre
-
-            def global_pre(
-                module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-            ) -> None:
-                label = find(id(module))
-                if label is not None:
-                    call_pre(label, args, kwargs if kwargs is not None else {})
-
-            handle = self._keep(_torch_module.register_module_forward_pre_hook(global_pre))
-            flagged: list[nn.Module] = []
-
-            def unflag(hook_id: int = handle.id) -> None:
-                for module in flagged:
-                    module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
-
-            # Registered after the handle, so removed before it: no module is left
-            # flagged for a hook id PyTorch may hand out again.
-            self.on_remove(unflag)
-            for module in modules:
-                # PyTorch passes kwargs to any pre-hook whose id a module flags, global or not.
-                module._forward_pre_hooks_with_kwargs[handle.id] = True
-                flagged.append(module)
-        if post is not None:
-            call_post = post
-
-            def global_post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-                label = find(id(module))
-                if label is not None:
-                    call_post(label, args, output)
-
-            self._keep(
-                _torch_module.register_module_forward_hook(global_post, always_call=always_call)
-            )
+    def _tap(self, group: _TapGroup) -> None:
+        """Make ``group`` live: tap each class it needs, then publish it to the taps."""
+        global _GROUPS
+        needed = {owner for _, owner in group.filed.values()}
+        # Removed even when tapping fails part way (a class refusing setattr).
+        self.on_remove(lambda: _untap(group))
+        with _TAPS_LOCK:
+            for owner in needed:
+                class_tap = _TAPS.get(owner)
+                if class_tap is None:
+                    class_tap = _ClassTap(owner)
+                    type.__setattr__(owner, "forward", class_tap.function)
+                    _TAPS[owner] = class_tap
+                class_tap.groups += 1
+                group.owners.append(owner)
+            _GROUPS = (*_GROUPS, group)
 
     # -- labelled backward hooks over many modules -------------------------------------
 
@@ -389,6 +388,133 @@ def _instance_backward(label: str, post: LabelledBackwardHook) -> BackwardHook:
         post(label, grad_input, grad_output)
 
     return hook
+
+
+class _TapGroup:
+    """One :meth:`HookSet.hook_modules` call served by taps: its modules and callbacks.
+
+    ``filed`` maps each module's id to its label and the class whose forward its calls
+    run; ``modules`` holds the modules themselves, so no id can be reused by another
+    module while the group is live.
+    """
+
+    __slots__ = ("always_call", "filed", "modules", "owners", "post", "pre")
+
+    def __init__(
+        self,
+        filed: dict[int, tuple[str, type]],
+        modules: list[nn.Module],
+        pre: LabelledPreHook | None,
+        post: LabelledPostHook | None,
+        always_call: bool,
+    ) -> None:
+        self.filed = filed
+        self.modules = modules
+        self.pre = pre
+        self.post = post
+        self.always_call = always_call
+        self.owners: list[type] = []  # classes this group holds a tap on
+
+
+_TAPS_LOCK = threading.Lock()
+# Live groups, replaced (never changed in place) under the lock: a tap reads it unlocked.
+_GROUPS: tuple[_TapGroup, ...] = ()
+_UNKNOWN: Any = object()
+
+
+def _tapped_call(
+    hits: tuple[tuple[_TapGroup, str], ...],
+    original: Callable[..., Any],
+    module: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    for group, label in hits:
+        if group.pre is not None:
+            group.pre(label, args, kwargs)
+    try:
+        output = original(module, *args, **kwargs)
+    except Exception:
+        for group, label in hits:
+            if group.always_call and group.post is not None:
+                group.post(label, args, None)
+        raise
+    for group, label in hits:
+        if group.post is not None:
+            group.post(label, args, output)
+    return output
+
+
+class _ClassTap:
+    """A class's ``forward``, replaced by one that serves the modules of live groups.
+
+    A call is served when a live group filed its module under this class (a subclass's
+    ``super().forward`` runs its parent's tap with an instance filed under the
+    subclass: not served twice). Every other call (other models, data-parallel
+    replicas, copies) runs the original after one dictionary miss per live group. The
+    replacement keeps the original's name, docstring and signature
+    (``functools.update_wrapper``: ``inspect.signature`` follows ``__wrapped__``).
+    """
+
+    __slots__ = ("function", "groups", "original", "owner")
+
+    def __init__(self, owner: type) -> None:
+        original = owner.__dict__["forward"]
+
+        def forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            key = id(module)
+            hits: tuple[tuple[_TapGroup, str], ...] = ()
+            for group in _GROUPS:
+                found = group.filed.get(key)
+                if found is not None and found[1] is owner:
+                    hits = (*hits, (group, found[0]))
+            if not hits:
+                return original(module, *args, **kwargs)
+            return _tapped_call(hits, original, module, args, kwargs)
+
+        functools.update_wrapper(forward, original)
+        self.owner = owner
+        self.original = original
+        self.function = forward
+        self.groups = 0  # live groups that need this tap
+
+
+# Class taps by the class whose ``forward`` they replace; present while a group needs it.
+_TAPS: dict[type, _ClassTap] = {}
+
+
+def _tap_owner(cls: type) -> type | None:
+    """The class whose ``forward`` an instance of ``cls`` runs, when a tap can serve it."""
+    for base in cls.__mro__:
+        function = base.__dict__.get("forward")
+        if function is None:
+            continue
+        if base is nn.Module:
+            return None  # no forward at all (ModuleList, ModuleDict): never called
+        tap = _TAPS.get(base)
+        if tap is not None and function is tap.function:
+            return base
+        # TorchScript's forward and any other descriptor are left to instance hooks.
+        return base if isinstance(function, types.FunctionType) else None
+    return None
+
+
+def _untap(group: _TapGroup) -> None:
+    """Retire ``group``; restore each class whose tap no live group needs any more."""
+    global _GROUPS
+    with _TAPS_LOCK:
+        _GROUPS = tuple(live for live in _GROUPS if live is not group)
+        owners, group.owners = group.owners, []
+        for owner in owners:
+            class_tap = _TAPS[owner]
+            class_tap.groups -= 1
+            if class_tap.groups:
+                continue
+            del _TAPS[owner]
+            # A forward set on the class after ours (another patch wrapping ours) stays:
+            # ours, with no group left, passes every call straight through.
+            if owner.__dict__.get("forward") is class_tap.function:
+                type.__setattr__(owner, "forward", class_tap.original)
 
 
 class CallPairing(Generic[_Payload]):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vinlens.hooks import leftover_hooks
+
 
 class Log(nn.Module):
     """``log`` of its input: NaN for negative values, -inf for zeros."""
@@ -87,8 +89,7 @@ def assert_no_hooks(*models: nn.Module) -> None:
             assert not module._forward_pre_hooks_with_kwargs, name
             assert not module._forward_hooks_always_called, name
             assert not module._forward_hooks_with_kwargs, name
-    assert not torch.nn.modules.module._global_forward_hooks
-    assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert leftover_hooks() == []  # global hooks and forward taps
 
 
 class StatsNet(nn.Module):

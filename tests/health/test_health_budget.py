@@ -17,6 +17,7 @@ import vinlens.health.monitor as monitor_module
 from vinlens.health import TrainingMonitor
 from vinlens.health._monitor_budget import MAX_STRETCH
 from vinlens.health.stats import ActivationAccumulator
+from vinlens.hooks import leftover_hooks
 
 WORK = 0.1  # the loop's own work per step, seconds of the fake clock
 
@@ -35,9 +36,8 @@ def small_model() -> nn.Sequential:
 
 
 def armed(model: nn.Module) -> bool:
-    return any(m._forward_hooks for m in model.modules()) or bool(
-        torch.nn.modules.module._global_forward_hooks
-    )
+    # Instance hooks, global hooks or forward taps (which leftover_hooks reports).
+    return bool(leftover_hooks(model.modules()))
 
 
 def run(

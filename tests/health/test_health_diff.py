@@ -187,3 +187,58 @@ def test_bad_arguments_are_refused() -> None:
         compare_models(model, model, 3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rtol"):
         ModelDiff(modules=()).first_divergent_path(rtol=-1)
+
+
+class Block(nn.Module):
+    """A container returning its child's output tensor, optionally changed in place."""
+
+    def __init__(self, in_place: bool) -> None:
+        super().__init__()
+        self.inner = nn.Linear(6, 6)
+        self.in_place = in_place
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.inner(x)
+        if self.in_place:
+            y.mul_(3.0)  # the same tensor, changed after the child's hook saw it
+        return y
+
+
+def test_a_container_returning_its_childs_output_reuses_the_pair_unless_changed_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import vinlens.health.diff as diff_module
+
+    torch.manual_seed(0)
+    model_a = nn.Sequential(Block(in_place=False), Block(in_place=True))
+    model_b = copy.deepcopy(model_a)
+    with torch.no_grad():
+        model_b[1].inner.weight.add_(0.01)
+    compared = []
+    original = diff_module._compare_outputs
+
+    def counting(path: str, *args: object) -> ModuleDiff:
+        compared.append(path)
+        return original(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(diff_module, "_compare_outputs", counting)
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        diff = compare_models(model_a, model_b, lambda m: m(x))
+    by_path = {m.module_path: m for m in diff.modules}
+    # "0" returns "0.inner"'s tensor untouched: reused. "1" scaled "1.inner"'s output in
+    # place: compared again. The root returns "1"'s tensor untouched: reused.
+    assert compared == ["0.inner", "1.inner", "1"]
+    for reused, source in (("0", "0.inner"), (ROOT_PATH, "1")):
+        assert by_path[reused].summary_a == by_path[source].summary_a
+        assert by_path[reused].max_abs_diff == by_path[source].max_abs_diff
+        assert by_path[reused].call_index == 0
+    with torch.no_grad():
+        y_a, y_b = model_a[1].inner(model_a[0](x)), model_b[1].inner(model_b[0](x))
+    # The changed tensor is what "1" returned: three times the child's values.
+    assert by_path["1"].max_abs_diff == pytest.approx(
+        float((3 * y_a - 3 * y_b).abs().max()), rel=1e-5
+    )
+    assert by_path["1"].summary_a.max == pytest.approx(float((3 * y_a).max()), rel=1e-6)
+    assert by_path["1.inner"].summary_a.max == pytest.approx(float(y_a.max()), rel=1e-6)
+    assert_no_hooks(model_a, model_b)

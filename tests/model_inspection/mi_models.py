@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vinlens.hooks import leftover_hooks
+
 
 class SmallCNN(nn.Module):
     """Two conv blocks and a classifier head, the shape of a per-camera backbone."""
@@ -54,7 +56,5 @@ def assert_no_hooks(model: nn.Module) -> None:
     for module in model.modules():
         assert not module._forward_pre_hooks_with_kwargs
         assert not module._forward_hooks_always_called
-    # A whole-model capture hooks globally: nothing may be left there either.
-    assert not torch.nn.modules.module._global_forward_pre_hooks
-    assert not torch.nn.modules.module._global_forward_hooks
-    assert not torch.nn.modules.module._global_forward_hooks_always_called
+    # A whole-model capture taps class forwards: no tap (and no global hook) may be left.
+    assert leftover_hooks(model.modules()) == []

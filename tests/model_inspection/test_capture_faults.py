@@ -10,6 +10,7 @@ import torch
 from mi_models import SmallCNN, assert_no_hooks
 from torch import nn
 
+import vinlens.hooks
 from vinlens.model_inspection import CaptureLimits, capture_model
 
 BIG = CaptureLimits(max_tensors=10_000, max_bytes=10_000_000)
@@ -60,9 +61,22 @@ def test_user_pre_hook_raising_before_ours() -> None:
     assert_no_hooks(model)
 
 
-def test_user_pre_hook_raising_after_ours_then_reentry_pairs_correctly() -> None:
+@pytest.mark.parametrize(
+    ("module_paths", "expected"),
+    [
+        # Instance hooks (paths picked): ours runs first and samples the input of the
+        # call the user's hook then fails; the next entrance numbers its call 1.
+        (["<root>"], [(0, "input"), (1, "input"), (1, "output")]),
+        # The whole-model forward tap runs inside forward, after every pre-hook: the
+        # failed call never reached it and left nothing pending.
+        (None, [(0, "input"), (0, "output")]),
+    ],
+)
+def test_user_pre_hook_raising_after_ours_then_reentry_pairs_correctly(
+    module_paths: list[str] | None, expected: list[tuple[int, str]]
+) -> None:
     model = nn.Linear(2, 2)
-    capture = capture_model(model, limits=BIG)
+    capture = capture_model(model, module_paths=module_paths, limits=BIG)
     error = ValueError("late hook")
     with pytest.raises(ValueError) as info, capture:
         handle = model.register_forward_pre_hook(lambda module, args: (_ for _ in ()).throw(error))
@@ -75,7 +89,7 @@ def test_user_pre_hook_raising_after_ours_then_reentry_pairs_correctly() -> None
     with capture:
         model(torch.ones(1, 2))
     rows = [(s.call_index, s.direction) for s in capture.snapshots]
-    assert rows == [(0, "input"), (1, "input"), (1, "output")]
+    assert rows == expected
 
 
 def test_user_forward_hook_raising_keeps_the_error() -> None:
@@ -146,20 +160,19 @@ def test_close_during_forward_is_safe() -> None:
     assert_no_hooks(model)
 
 
-@pytest.mark.parametrize("paths", [None, ["", "0", "1"]], ids=["global-hooks", "instance-hooks"])
+@pytest.mark.parametrize("paths", [None, ["", "0", "1"]], ids=["forward-taps", "instance-hooks"])
 def test_hooks_are_removed_when_registration_fails_midway(
     monkeypatch: pytest.MonkeyPatch, paths: list[str] | None
 ) -> None:
-    # A whole-model capture registers one global pair (plus a kwargs flag per module); a
-    # capture of named paths registers per module. Fail the second registration of each.
+    # A whole-model capture taps each module class's forward (Sequential's, then
+    # Linear's); a capture of named paths registers per module. Fail the second of each.
     model = nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1))
+    sequential_forward = nn.Sequential.__dict__["forward"]
     calls = {"n": 0}
     if paths is None:
-        target: Any = torch.nn.modules.module
-        name = "register_module_forward_hook"
-        original = target.register_module_forward_hook
-        # The pre-hook is registered and every module flagged before the post-hook fails.
-        calls["n"] = 1
+        target: Any = vinlens.hooks
+        name = "_ClassTap"
+        original = vinlens.hooks._ClassTap
     else:
         target, name, original = nn.Module, "register_forward_hook", nn.Module.register_forward_hook
 
@@ -175,3 +188,4 @@ def test_hooks_are_removed_when_registration_fails_midway(
         pass
     assert not capture.active
     assert_no_hooks(model)
+    assert nn.Sequential.__dict__["forward"] is sequential_forward

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +23,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
-from vinlens.wrappers import run_eagerly
+from vinlens.wrappers import has_compile_wrappers, run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
 
@@ -135,6 +137,7 @@ class _Lockstep:
         self.done_b = False
         self.failure: str | None = None
         self.diffs: list[ModuleDiff] = []
+        self.last = _LastPair()
 
     def fail(self, message: str) -> None:
         with self.condition:
@@ -177,7 +180,7 @@ class _Lockstep:
                 self.condition.notify_all()
                 raise _Abort
         try:
-            self.diffs.append(_module_diff(key[0], key[1], output_a, output))
+            self.diffs.append(_module_diff(key[0], key[1], output_a, output, self.last))
         except BaseException as error:
             self.fail(f"comparing {key[0]!r} (call {key[1]}) failed: {error}")
             raise _Abort from error
@@ -319,9 +322,12 @@ def compare_models(
     worker = threading.Thread(target=run_b, name="vinlens-compare-model-b", daemon=True)
     # Compiled forwards run eagerly (the stance is process-wide, so model B's thread too):
     # compiled code would not call the hooks, and dynamo must not trace them.
+    # Forward taps serve both models (each call is matched by module identity, on either
+    # thread); a model holding torch.compile wrappers gets instance hooks.
+    taps = not (has_compile_wrappers(model_a) or has_compile_wrappers(model_b))
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=False)
-        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=False)
+        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=taps)
+        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=taps)
         try:
             worker.start()
             try:
@@ -371,9 +377,70 @@ def _refuse_train_mode_randomness(modules: dict[str, nn.Module], name: str) -> N
         )
 
 
-def _module_diff(path: str, index: int, output_a: Any, output_b: Any) -> ModuleDiff:
+class _LastPair:
+    """The last pair of single-tensor outputs compared, by identity and version.
+
+    A container module often returns its last child's output tensor itself (an
+    ``nn.Sequential``, a residual block's final activation), so the call that returns
+    next compares the very same two tensors, unchanged: their ``_version`` counters
+    prove it (any in-place write bumps them) and weak references prove identity (an id
+    can be reused once a tensor is freed). Only the last pair is kept, and no tensor is
+    kept alive by it.
+    """
+
+    __slots__ = ("diff", "ref_a", "ref_b", "versions")
+
+    def __init__(self) -> None:
+        self.ref_a: weakref.ref[torch.Tensor] | None = None
+        self.ref_b: weakref.ref[torch.Tensor] | None = None
+        self.versions = (-1, -1)
+        self.diff: ModuleDiff | None = None
+
+    def find(self, a: torch.Tensor, b: torch.Tensor) -> ModuleDiff | None:
+        if (
+            self.diff is None
+            or self.ref_a is None
+            or self.ref_b is None
+            or self.ref_a() is not a
+            or self.ref_b() is not b
+            or self.versions != (a._version, b._version)
+        ):
+            return None
+        return self.diff
+
+    def keep(self, a: torch.Tensor, b: torch.Tensor, diff: ModuleDiff) -> None:
+        if a.is_inference() or b.is_inference():  # no version counter to prove them unchanged
+            self.diff = None
+            return
+        self.ref_a, self.ref_b = weakref.ref(a), weakref.ref(b)
+        self.versions = (a._version, b._version)
+        self.diff = diff
+
+
+def _module_diff(
+    path: str, index: int, output_a: Any, output_b: Any, last: _LastPair | None = None
+) -> ModuleDiff:
     tensors_a = list(floating_tensors(output_a, "output"))
     tensors_b = list(floating_tensors(output_b, "output"))
+    single = last is not None and len(tensors_a) == 1 and len(tensors_b) == 1
+    if single:
+        assert last is not None
+        same = last.find(tensors_a[0][1], tensors_b[0][1])
+        if same is not None:
+            return dataclasses.replace(same, module_path=path, call_index=index)
+    diff = _compare_outputs(path, index, tensors_a, tensors_b)
+    if single:
+        assert last is not None
+        last.keep(tensors_a[0][1], tensors_b[0][1], diff)
+    return diff
+
+
+def _compare_outputs(
+    path: str,
+    index: int,
+    tensors_a: list[tuple[str, torch.Tensor]],
+    tensors_b: list[tuple[str, torch.Tensor]],
+) -> ModuleDiff:
     layout_a = [(p, tuple(t.shape)) for p, t in tensors_a]
     layout_b = [(p, tuple(t.shape)) for p, t in tensors_b]
     if layout_a != layout_b:

@@ -280,16 +280,15 @@ class ModelCapture:
     def _register(
         self, targets: Sequence[tuple[str, nn.Module]], *, global_hooks: bool = True
     ) -> None:
-        """Hook the targets: one global hook pair for a whole-model capture, else per module.
+        """Hook the targets: forward taps for a whole-model capture, else per module.
 
         Registering two instance hooks per module costs more than a light CNN's whole
-        forward, so a capture of every module uses :meth:`HookSet.hook_modules`' global
-        pair filtered by module identity (modules with instance hooks of their own keep
-        instance hooks, so ours still run after theirs and observe their changes). A
-        capture of a few paths uses instance hooks only: global hooks would put every
-        other module's call on PyTorch's slower hooked path. A model holding
-        ``torch.compile`` wrappers gets instance hooks too (``global_hooks=False``): PyTorch
-        warns on every wrapper call made while global hooks exist.
+        forward, and global hooks put every module call on PyTorch's slow hooked path,
+        so a capture of every module uses :meth:`HookSet.hook_modules`' forward taps
+        (modules with instance hooks of their own keep instance hooks, so ours still run
+        after theirs and observe their changes). A capture of a few paths uses instance
+        hooks only. A model holding ``torch.compile`` wrappers gets instance hooks too
+        (``global_hooks=False``), as tested with dynamo's guards.
         """
         whole = self._module_paths is None
         if whole:
