@@ -6,7 +6,7 @@
   the same forwards, timed alone in the same run: the kernels of
   ``vinlens.model_inspection.summary``'s CPU path per output, without hooks, records or
   Python bookkeeping. With numba (the ``fast`` extra) that is ``aminmax`` in the source
-  dtype and the compiled float64 sum / sum of squares / zero count over the output's
+  dtype and the compiled float64 sum / sum of squares / zero count, both over the output's
   memory (the kernel the summaries use, loaded before any timing); without numba, or for
   an output that is not dense, the torch kernels of the fallback (``aminmax``, one float64
   copy, ``sum`` and ``dot`` there, and ``abs_`` + ``count_nonzero`` of the bits when 0 is
@@ -52,12 +52,13 @@ def cpu_time(work: Callable[[], object], clock: Callable[[], float] = time.threa
 
 def fused_pass(tensor: torch.Tensor) -> None:
     """The kernels of one summary of a CPU float32 output (see the module docstring)."""
-    low, high = torch.aminmax(tensor)
     flat = summary._memory_order(tensor) if KERNEL is not None else None
     if flat is not None:
+        low, high = torch.aminmax(flat)
         float(low), float(high)
-        KERNEL(flat)
+        KERNEL(flat.numpy())
         return
+    low, high = torch.aminmax(tensor)
     wide = torch.empty(tensor.shape, dtype=torch.float64)
     wide.copy_(tensor)
     flat = wide.view(-1)

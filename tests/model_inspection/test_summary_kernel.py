@@ -146,9 +146,20 @@ def test_a_channels_last_tensor_is_read_in_memory_order_without_a_copy() -> None
     tensor = torch.randn(2, 6, 5, 7).contiguous(memory_format=torch.channels_last)
     assert not tensor.is_contiguous()
     flat = summary_module._memory_order(tensor)
-    assert flat is not None and flat.size == tensor.numel()
-    assert flat.ctypes.data == tensor.data_ptr()
+    assert flat is not None and flat.numel() == tensor.numel()
+    assert flat.numpy().ctypes.data == tensor.data_ptr()
     assert sorted(flat.tolist()) == sorted(tensor.reshape(-1).tolist())
+
+
+def test_an_unaligned_storage_keeps_the_torch_path(spy: Spy) -> None:
+    # float32 values starting one byte into a buffer: numpy would see an unaligned array.
+    tensor = torch.frombuffer(bytearray(4 * 64 + 1), dtype=torch.float32, offset=1)
+    tensor.copy_(torch.randn(64))
+    assert tensor.data_ptr() % 4 != 0
+    assert summary_module._memory_order(tensor) is None
+    summary = summarize_tensor(tensor)
+    assert spy.calls == []
+    assert summary.mean == pytest.approx(float(tensor.double().mean()), rel=1e-12)
 
 
 THE_TORCH_PATH: dict[str, Callable[[], torch.Tensor]] = {
@@ -211,6 +222,21 @@ def test_without_numba_the_torch_path_is_used(monkeypatch: pytest.MonkeyPatch) -
     wide = tensor.double()
     assert summary.mean == pytest.approx(float(wide.mean()), rel=1e-12)
     assert summary.zero_fraction == float((wide == 0).double().mean())
+
+
+def test_a_kernel_that_fails_to_load_warns_and_keeps_the_torch_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(name: str) -> Any:
+        raise RuntimeError("no locator available for the cache")
+
+    monkeypatch.setattr(summary_module.importlib, "import_module", fail)
+    monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
+    monkeypatch.setattr(summary_module, "_KERNEL", None)
+    with pytest.warns(RuntimeWarning, match="no locator available"):
+        assert summary_module._moments_kernel() is None
+    tensor = torch.randn(100)
+    assert summarize_tensor(tensor).mean == pytest.approx(float(tensor.double().mean()))
 
 
 def test_the_path_is_decided_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
