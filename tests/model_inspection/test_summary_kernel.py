@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -247,3 +249,35 @@ def test_the_path_is_decided_once_per_process(monkeypatch: pytest.MonkeyPatch) -
     assert summary_module._moments_kernel() is kernel
     tensor = torch.randn(8, 3000) * 2 + 1
     assert summarize_tensor(tensor) == summarize_tensor(tensor)
+
+
+def test_threads_summarizing_first_together_load_the_kernel_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    imported: list[str] = []
+    real = summary_module.importlib.import_module
+    release = threading.Event()
+
+    def slow(name: str) -> Any:
+        imported.append(name)
+        release.wait(timeout=30)  # the second thread arrives while this one loads
+        return real(name)
+
+    monkeypatch.setattr(summary_module.importlib, "import_module", slow)
+    monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
+    monkeypatch.setattr(summary_module, "_KERNEL", None)
+    got: list[object] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(summary_module._moments_kernel()))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    # Without the loader's lock the second thread would import too while the first waits;
+    # with it, the outcome does not depend on this pause.
+    time.sleep(0.2)
+    release.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(imported) == 1
+    assert len(got) == 2 and got[0] is got[1] is not None
