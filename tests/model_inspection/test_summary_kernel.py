@@ -208,7 +208,7 @@ def test_without_numba_the_torch_path_is_used(monkeypatch: pytest.MonkeyPatch) -
     # The loader as a process without numba runs it: the kernel module cannot be imported.
     monkeypatch.setitem(sys.modules, "vinlens.model_inspection._summary_kernel", None)
     monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNEL", None)
+    monkeypatch.setattr(summary_module, "_KERNELS", None)
     assert summary_module._moments_kernel() is None
     sums: list[int] = []
     block_sums = summary_module._block_sums
@@ -234,7 +234,7 @@ def test_a_kernel_that_fails_to_load_warns_and_keeps_the_torch_path(
 
     monkeypatch.setattr(summary_module.importlib, "import_module", fail)
     monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNEL", None)
+    monkeypatch.setattr(summary_module, "_KERNELS", None)
     with pytest.warns(RuntimeWarning, match="no locator available"):
         assert summary_module._moments_kernel() is None
     tensor = torch.randn(100)

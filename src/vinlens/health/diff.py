@@ -22,7 +22,7 @@ from vinlens.health.summaries import (
 )
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
-from vinlens.model_inspection.summary import BLOCK_ELEMENTS, tensor_blocks
+from vinlens.model_inspection.summary import BLOCK_ELEMENTS, finite_pair_sums, tensor_blocks
 from vinlens.wrappers import has_compile_wrappers, run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
@@ -452,20 +452,22 @@ def _compare_outputs(
     diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
     # The summaries first: they tell whether every value is finite, and then the pair pass
     # needs no <a, b> (the cosine comes from the distance and the norms).
-    pairs_found: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
+    pairs_found: list[tuple[torch.Tensor, torch.Tensor, SummaryAccumulator, SummaryAccumulator]]
+    pairs_found = []
     for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
         a, b = reducible(a), reducible(b)  # float8: an exact float16 copy
-        finite_before = summary_a.finite + summary_b.finite
-        summary_a.update(a)
-        summary_b.update(b)
-        all_finite = summary_a.finite + summary_b.finite - finite_before == 2 * a.numel()
-        pairs_found.append((a, b, all_finite))
-    every_finite = all(all_finite for _, _, all_finite in pairs_found)
-    for a, b, all_finite in pairs_found:
-        if all_finite:
-            pairs = _finite_moments(a, b, product=not every_finite)
+        part_a, part_b = SummaryAccumulator().update(a), SummaryAccumulator().update(b)
+        summary_a.merge(part_a)
+        summary_b.merge(part_b)
+        pairs_found.append((a, b, part_a, part_b))
+    every_finite = all(
+        part_a.finite + part_b.finite == 2 * a.numel() for a, _, part_a, part_b in pairs_found
+    )
+    for a, b, part_a, part_b in pairs_found:
+        if part_a.finite + part_b.finite != 2 * a.numel():
+            pairs: Iterator[tuple[float, float, float, float, float]] = _pair_moments(a, b)
         else:
-            pairs = _pair_moments(a, b)
+            pairs = _finite_pair(a, b, part_a, part_b, product=not every_finite)
         for block_max, block_diff, block_a, block_b, block_dot in pairs:
             max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
             diff_sq += block_diff
@@ -514,6 +516,31 @@ def _cosine_from_distance(diff_sq: float, norm_a_sq: float, norm_b_sq: float) ->
     gap = norm_a - norm_b
     one_minus = (diff_sq - gap * gap) / (2.0 * norm_a * norm_b)
     return min(1.0, max(-1.0, 1.0 - one_minus))
+
+
+def _finite_pair(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    part_a: SummaryAccumulator,
+    part_b: SummaryAccumulator,
+    *,
+    product: bool,
+) -> Iterator[tuple[float, float, float, float, float]]:
+    """:func:`_finite_moments` of two all-finite outputs; on the CPU with the compiled pass
+    (:func:`~vinlens.model_inspection.summary.finite_pair_sums`), one float64 read of both
+    tensors, with ``||a||^2`` and ``||b||^2`` taken from their summaries (``M2 + n mean^2``,
+    float64, every value finite)."""
+    found = finite_pair_sums(a, b)
+    if found is None:
+        yield from _finite_moments(a, b, product=product)
+        return
+    largest, distance, dot = found
+    yield largest, distance, _squares(part_a), _squares(part_b), dot if product else 0.0
+
+
+def _squares(part: SummaryAccumulator) -> float:
+    """``sum(x^2)`` of an all-finite summary: ``M2 + n mean^2`` (both terms >= 0)."""
+    return part.m2 + part.finite * part.mean * part.mean
 
 
 def _finite_moments(

@@ -43,3 +43,30 @@ def moments(values: Any) -> tuple[float, float, int]:  # pragma: no cover - comp
         squares += v * v
         zeros += v == 0.0
     return total, squares, zeros
+
+
+# (max |a - b|, sum (a - b)^2, sum a b) of two 1-d C-contiguous arrays of one dtype.
+_PAIR_SIGNATURES = [
+    f"Tuple((float64, float64, float64))({dtype}[::1], {dtype}[::1])"
+    for dtype in ("float32", "float64")
+]
+
+
+@numba.njit(
+    _PAIR_SIGNATURES, nogil=True, cache=True, boundscheck=False, fastmath={"reassoc", "contract"}
+)
+def pair_sums(a: Any, b: Any) -> tuple[float, float, float]:  # pragma: no cover - compiled
+    """``(max |a - b|, sum of (a - b)^2, sum of a b)`` of two finite arrays, in float64
+    (the same flags and error bound as :func:`moments`; the difference of two widened
+    float32 values is exact)."""
+    largest = 0.0
+    distance = 0.0
+    product = 0.0
+    for i in range(a.size):
+        x = np.float64(a[i])
+        y = np.float64(b[i])
+        d = x - y
+        distance += d * d
+        product += x * y
+        largest = max(largest, abs(d))
+    return largest, distance, product

@@ -39,6 +39,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -51,6 +52,7 @@ __all__ = [
     "SummaryAccumulator",
     "SummaryCache",
     "TensorSummary",
+    "finite_pair_sums",
     "stored_elements",
     "summarize_tensor",
     "tensor_blocks",
@@ -521,39 +523,72 @@ def _cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int]
 
 
 _Kernel = Callable[[np.ndarray], tuple[float, float, int]]
-_KERNEL: _Kernel | None = None
+_KERNELS: Any = None  # the loaded vinlens.model_inspection._summary_kernel module
 _KERNEL_LOADED = False
 _KERNEL_LOCK = threading.Lock()
 
 
-def _moments_kernel() -> _Kernel | None:
-    """The compiled sums of :mod:`._summary_kernel`, or None without numba.
+def _kernels() -> Any:
+    """The module of compiled kernels (:mod:`._summary_kernel`), or None without numba.
 
     Loaded on the first CPU summary of the process (importing numba and reading its cached
     machine code takes ~1-1.5 s, once; the first run after an install compiles, ~2 s) and
     kept for the process, so the path never changes part way through: a tensor summarized
     twice gives the same numbers.
     """
-    global _KERNEL, _KERNEL_LOADED
+    global _KERNELS, _KERNEL_LOADED
     if not _KERNEL_LOADED:
         with _KERNEL_LOCK:
             if not _KERNEL_LOADED:
                 try:
-                    module = importlib.import_module("vinlens.model_inspection._summary_kernel")
+                    _KERNELS = importlib.import_module("vinlens.model_inspection._summary_kernel")
                 except ImportError:  # numba (the ``fast`` extra) is not installed
-                    _KERNEL = None
+                    _KERNELS = None
                 except Exception as error:  # e.g. numba finds no writable cache directory
                     warnings.warn(
                         f"vinlens: the compiled summary kernel did not load ({error!r}); "
                         "CPU summaries use torch reductions in this process",
                         RuntimeWarning,
-                        stacklevel=2,
+                        stacklevel=3,
                     )
-                    _KERNEL = None
-                else:
-                    _KERNEL = module.moments
+                    _KERNELS = None
                 _KERNEL_LOADED = True
-    return _KERNEL
+    return _KERNELS
+
+
+def _moments_kernel() -> _Kernel | None:
+    """The compiled sums of :mod:`._summary_kernel` (see :func:`_kernels`), or None."""
+    kernels = _kernels()
+    return None if kernels is None else cast(_Kernel, kernels.moments)
+
+
+def finite_pair_sums(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float] | None:
+    """``(max |a - b|, sum (a - b)^2, sum a b)`` of two all-finite CPU tensors in float64,
+    in one compiled pass over both; None where the pass does not apply (no numba, another
+    device or dtype than float32/float64 on both, different shapes or layouts, a tensor
+    that is not dense).
+
+    The two tensors are read in the same memory order (equal strides, dense), so element
+    ``i`` of one meets element ``i`` of the other; every sum errs by at most
+    ``gamma_k * sum(|terms|)`` (any order, as :func:`_cpu_moments`). Callers check
+    finiteness first (a summary does): a NaN or infinity gives NaN or infinite sums.
+    """
+    kernels = _kernels()
+    if (
+        kernels is None
+        or a.dtype != b.dtype
+        or a.dtype not in _FAST_DTYPES
+        or a.device.type != "cpu"
+        or b.device.type != "cpu"
+        or a.shape != b.shape
+        or a.stride() != b.stride()
+    ):
+        return None
+    flat_a, flat_b = _memory_order(a.detach()), _memory_order(b.detach())
+    if flat_a is None or flat_b is None or flat_a.numel() == 0:
+        return None
+    found: tuple[float, float, float] = kernels.pair_sums(flat_a.numpy(), flat_b.numpy())
+    return found
 
 
 def _memory_order(tensor: torch.Tensor) -> torch.Tensor | None:
