@@ -265,7 +265,7 @@ def test_threads_summarizing_first_together_load_the_kernel_once(
 
     monkeypatch.setattr(summary_module.importlib, "import_module", slow)
     monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNEL", None)
+    monkeypatch.setattr(summary_module, "_KERNELS", None)
     got: list[object] = []
     threads = [
         threading.Thread(target=lambda: got.append(summary_module._moments_kernel()))
