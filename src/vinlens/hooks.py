@@ -270,13 +270,8 @@ class HookSet:
             owner = owners.get(cls, _UNKNOWN) if tappable else None
             if owner is _UNKNOWN:
                 owner = owners[cls] = _tap_owner(cls)
-            state = module.__dict__
-            if (
-                owner is None
-                or "forward" in state  # an instance forward of its own
-                or state["_forward_pre_hooks"]
-                or state["_forward_hooks"]
-            ):
+            # An instance forward of its own, or instance hooks: a tap would not see theirs.
+            if owner is None or "forward" in module.__dict__ or has_forward_hooks(module):
                 instance[key] = (label, module)
                 continue
             filed[key] = (label, owner)
@@ -491,10 +486,8 @@ def _tap_owner(cls: type) -> type | None:
             continue
         if base is nn.Module:
             return None  # no forward at all (ModuleList, ModuleDict): never called
-        tap = _TAPS.get(base)
-        if tap is not None and function is tap.function:
-            return base
-        # TorchScript's forward and any other descriptor are left to instance hooks.
+        # A live tap is a plain function too. TorchScript's forward and any other
+        # descriptor are left to instance hooks.
         return base if isinstance(function, types.FunctionType) else None
     return None
 

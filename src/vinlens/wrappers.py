@@ -41,7 +41,6 @@ from torch import nn
 __all__ = [
     "compiled_paths",
     "fold_module_walk",
-    "has_compile_wrappers",
     "hold_eager",
     "named_modules",
     "named_parameters",
@@ -177,18 +176,6 @@ def named_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     pairs = list(original.named_parameters())
     paths = _wrapper_paths(original, _optimized_module_type())
     return list(_folded_names(pairs, paths)) if paths else pairs
-
-
-def has_compile_wrappers(model: nn.Module) -> bool:
-    """True when ``model``'s tree holds an ``OptimizedModule`` below its root.
-
-    Calling a wrapper while global module hooks exist makes PyTorch warn that they fire
-    an extra time for it, so the engines hook such a model's modules one by one.
-    """
-    wrapper = _optimized_module_type()
-    if wrapper is None:
-        return False
-    return any(isinstance(module, wrapper) for module in model.modules())
 
 
 def compiled_paths(model: nn.Module) -> tuple[str, ...]:

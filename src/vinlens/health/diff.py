@@ -23,7 +23,7 @@ from vinlens.health.summaries import (
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 from vinlens.model_inspection.summary import BLOCK_ELEMENTS, finite_pair_sums, tensor_blocks
-from vinlens.wrappers import has_compile_wrappers, run_eagerly
+from vinlens.wrappers import run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
 
@@ -323,11 +323,10 @@ def compare_models(
     # Compiled forwards run eagerly (the stance is process-wide, so model B's thread too):
     # compiled code would not call the hooks, and dynamo must not trace them.
     # Forward taps serve both models (each call is matched by module identity, on either
-    # thread); a model holding torch.compile wrappers gets instance hooks.
-    taps = not (has_compile_wrappers(model_a) or has_compile_wrappers(model_b))
+    # thread).
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets_a, post=hook_for("a"), use_global=taps)
-        hooks.hook_modules(targets_b, post=hook_for("b"), use_global=taps)
+        hooks.hook_modules(targets_a, post=hook_for("a"))
+        hooks.hook_modules(targets_b, post=hook_for("b"))
         try:
             worker.start()
             try:
@@ -388,50 +387,42 @@ class _LastPair:
     kept alive by it.
     """
 
-    __slots__ = ("diff", "ref_a", "ref_b", "versions")
+    __slots__ = ("entry",)
 
     def __init__(self) -> None:
-        self.ref_a: weakref.ref[torch.Tensor] | None = None
-        self.ref_b: weakref.ref[torch.Tensor] | None = None
-        self.versions = (-1, -1)
-        self.diff: ModuleDiff | None = None
+        self.entry: (
+            tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], int, int, ModuleDiff] | None
+        ) = None
 
     def find(self, a: torch.Tensor, b: torch.Tensor) -> ModuleDiff | None:
-        if (
-            self.diff is None
-            or self.ref_a is None
-            or self.ref_b is None
-            or self.ref_a() is not a
-            or self.ref_b() is not b
-            or self.versions != (a._version, b._version)
-        ):
+        if self.entry is None:
             return None
-        return self.diff
+        ref_a, ref_b, version_a, version_b, diff = self.entry
+        if ref_a() is a and ref_b() is b and (a._version, b._version) == (version_a, version_b):
+            return diff
+        return None
 
     def keep(self, a: torch.Tensor, b: torch.Tensor, diff: ModuleDiff) -> None:
-        if a.is_inference() or b.is_inference():  # no version counter to prove them unchanged
-            self.diff = None
-            return
-        self.ref_a, self.ref_b = weakref.ref(a), weakref.ref(b)
-        self.versions = (a._version, b._version)
-        self.diff = diff
+        # An inference tensor has no version counter to prove it unchanged.
+        inference = a.is_inference() or b.is_inference()
+        self.entry = (
+            None if inference else (weakref.ref(a), weakref.ref(b), a._version, b._version, diff)
+        )
 
 
 def _module_diff(
-    path: str, index: int, output_a: Any, output_b: Any, last: _LastPair | None = None
+    path: str, index: int, output_a: Any, output_b: Any, last: _LastPair
 ) -> ModuleDiff:
     tensors_a = list(floating_tensors(output_a, "output"))
     tensors_b = list(floating_tensors(output_b, "output"))
-    single = last is not None and len(tensors_a) == 1 and len(tensors_b) == 1
-    if single:
-        assert last is not None
-        same = last.find(tensors_a[0][1], tensors_b[0][1])
-        if same is not None:
-            return dataclasses.replace(same, module_path=path, call_index=index)
+    if len(tensors_a) != 1 or len(tensors_b) != 1:
+        return _compare_outputs(path, index, tensors_a, tensors_b)
+    a, b = tensors_a[0][1], tensors_b[0][1]
+    same = last.find(a, b)
+    if same is not None:
+        return dataclasses.replace(same, module_path=path, call_index=index)
     diff = _compare_outputs(path, index, tensors_a, tensors_b)
-    if single:
-        assert last is not None
-        last.keep(tensors_a[0][1], tensors_b[0][1], diff)
+    last.keep(a, b, diff)
     return diff
 
 

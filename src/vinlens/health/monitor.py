@@ -72,7 +72,6 @@ from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator
 from vinlens.wrappers import (
     compiled_paths,
-    has_compile_wrappers,
     hold_eager,
     unwrap_model,
 )
@@ -370,9 +369,7 @@ class TrainingMonitor:
                 # them; released when the step ends or is abandoned.
                 release_eager = hold_eager()
                 hooks = HookSet()
-                hooks.hook_modules(
-                    self._targets, None, post, use_global=not has_compile_wrappers(self.model)
-                )
+                hooks.hook_modules(self._targets, None, post)
             self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks, release_eager)
             self._budget.spend_since(mark)
         except BaseException:

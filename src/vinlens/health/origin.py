@@ -25,7 +25,7 @@ from vinlens.health.summaries import (
 )
 from vinlens.hooks import CallPairing, HookSet
 from vinlens.model_inspection.summary import FiniteCache, SummaryCache
-from vinlens.wrappers import has_compile_wrappers, run_eagerly
+from vinlens.wrappers import run_eagerly
 
 __all__ = ["ForwardOriginWatch", "NonFiniteOrigin", "find_nonfinite_origin"]
 
@@ -133,9 +133,7 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     targets = labelled_modules(model, None)
     try:
         with run_eagerly(), HookSet() as hooks:
-            hooks.hook_modules(
-                targets, watch.pre, watch.post, use_global=not has_compile_wrappers(model)
-            )
+            hooks.hook_modules(targets, watch.pre, watch.post)
             run()
     finally:
         watch.clear()  # calls that never returned must not keep their inputs alive

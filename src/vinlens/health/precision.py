@@ -23,7 +23,7 @@ from torch import nn
 
 from vinlens.health.summaries import check_callable, check_model, floating_tensors, labelled_modules
 from vinlens.hooks import HookSet
-from vinlens.wrappers import has_compile_wrappers, run_eagerly
+from vinlens.wrappers import run_eagerly
 
 __all__ = ["ModulePrecision", "PrecisionReport", "precision_headroom"]
 
@@ -204,7 +204,7 @@ def precision_headroom(
             rows.append(ModulePrecision(label, index, count, abs_max, over, under, headroom))
 
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets, None, post, use_global=not has_compile_wrappers(model))
+        hooks.hook_modules(targets, None, post)
         run()
     first = next((row.module_path for row in rows if row.overflow_count), None)
     return PrecisionReport(tuple(rows), first, str(target))

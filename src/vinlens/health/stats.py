@@ -34,7 +34,7 @@ from vinlens.operations import (
     run_operation,
 )
 from vinlens.workers import ModelRecipe, ShardedBatches, models_released
-from vinlens.wrappers import has_compile_wrappers, run_eagerly
+from vinlens.wrappers import run_eagerly
 
 __all__ = ["ActivationAccumulator", "ActivationStats", "collect_activation_stats"]
 
@@ -184,7 +184,6 @@ def _stats_task(task: _StatsTask) -> ActivationAccumulator:
             hooks.hook_modules(
                 labelled_modules(model, task.module_paths),
                 post=collector.post,
-                use_global=not has_compile_wrappers(model),
             )
             return collector.shard(model, task.source.batches(task.shard), task.run, None)
     finally:
@@ -303,7 +302,7 @@ def collect_activation_stats(
     result = ActivationAccumulator()
     collector = _Collector()
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets, post=collector.post, use_global=not has_compile_wrappers(model))
+        hooks.hook_modules(targets, post=collector.post)
         if progress is not None and total is not None:
             progress(0, total)
         for done, shard in enumerate(shards, start=1):

@@ -42,7 +42,6 @@ from vinlens.model_inspection.summary import SummaryCache, TensorSummary, stored
 from vinlens.model_inspection.walk import _arg_path, _WalkItem, walk_tensors
 from vinlens.wrappers import (
     fold_module_walk,
-    has_compile_wrappers,
     hold_eager,
     named_modules,
     unwrap_model,
@@ -271,15 +270,13 @@ class ModelCapture:
             # Compiled code runs eagerly until the capture closes, so that its hooks fire
             # and dynamo never traces them (see vinlens.wrappers).
             self._release_eager = hold_eager()
-            self._register(targets, global_hooks=not has_compile_wrappers(self._model))
+            self._register(targets)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _register(
-        self, targets: Sequence[tuple[str, nn.Module]], *, global_hooks: bool = True
-    ) -> None:
+    def _register(self, targets: Sequence[tuple[str, nn.Module]]) -> None:
         """Hook the targets: forward taps for a whole-model capture, else per module.
 
         Registering two instance hooks per module costs more than a light CNN's whole
@@ -287,8 +284,7 @@ class ModelCapture:
         so a capture of every module uses :meth:`HookSet.hook_modules`' forward taps
         (modules with instance hooks of their own keep instance hooks, so ours still run
         after theirs and observe their changes). A capture of a few paths uses instance
-        hooks only. A model holding ``torch.compile`` wrappers gets instance hooks too
-        (``global_hooks=False``), as tested with dynamo's guards.
+        hooks only: a tap would put every other instance of a hooked class through it.
         """
         whole = self._module_paths is None
         if whole:
@@ -299,7 +295,7 @@ class ModelCapture:
             self._on_input,
             self._on_output,
             always_call=True,
-            use_global=whole and global_hooks,
+            use_global=whole,
         )
 
     def __exit__(
