@@ -31,7 +31,7 @@ import numpy as np
 
 from vinlens.health import open_run
 from vinlens.health.monitor import HistoryField
-from vinlens.health.runlog.writer import RunLogWriter
+from vinlens.health.monitor.runlog.writer import RunLogWriter
 
 # A history row as the monitor writes it: the output summary, then the grad norm.
 FIELDS = [*get_args(HistoryField)[1:], "grad_norm"]

@@ -51,7 +51,7 @@ live
 """
 
 BIG = """import numpy as np
-from vinlens.health.runlog.writer import RunLogWriter
+from vinlens.health.monitor.runlog.writer import RunLogWriter
 meta = {"module_paths": [f"blocks.{i}.mlp" for i in range(1000)], "fields": ["std", "grad_norm"],
         "every": 1}
 writer = RunLogWriter("runs/big", storage_options=None, rank=0, meta=meta)

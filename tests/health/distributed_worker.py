@@ -52,7 +52,7 @@ def main() -> None:
         torch.cuda.set_device(rank)
     dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timedelta(seconds=60))
     from vinlens.health import NonFiniteGradientError, TrainingMonitor
-    from vinlens.health import distributed as vdist
+    from vinlens.health.monitor import _distributed as vdist
     from vinlens.hooks import leftover_hooks
 
     inner = model(rank).to(device(rank))

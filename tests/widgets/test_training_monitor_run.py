@@ -15,7 +15,7 @@ from torch import nn
 
 from vinlens.health import EVENTS_KEPT, TrainingMonitor, open_run
 from vinlens.health.monitor import SUMMARY_FIELDS
-from vinlens.health.runlog.writer import RunLogWriter
+from vinlens.health.monitor.runlog.writer import RunLogWriter
 from vinlens.widgets import TrainingMonitorWidget
 from vinlens.widgets.training_monitor_payload import (
     MAX_HEATMAP_CELLS,

@@ -20,7 +20,7 @@ activation is copied to the host.
   overflow and underflow (:mod:`vinlens.health.precision`).
 * :class:`TrainingMonitor`: a per-step finiteness check with replay to the gradient
   origin, and sampled per-module history (:mod:`vinlens.health.monitor`), written to a
-  run log with ``log_dir=`` and read back with :func:`open_run` (:mod:`vinlens.health.runlog`).
+  run log with ``log_dir=`` and read back with :func:`open_run` (:mod:`vinlens.health.monitor.runlog`).
 
 Shared records and helpers live in :mod:`vinlens.health.summaries`.
 """
@@ -43,9 +43,7 @@ from vinlens.health.monitor import (
     TrainingHistory,
     TrainingMonitor,
 )
-from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
-from vinlens.health.precision import ModulePrecision, PrecisionReport, precision_headroom
-from vinlens.health.runlog import (
+from vinlens.health.monitor.runlog import (
     Replay,
     RunLogError,
     StepSeries,
@@ -53,6 +51,8 @@ from vinlens.health.runlog import (
     load_replay,
     open_run,
 )
+from vinlens.health.origin import NonFiniteOrigin, find_nonfinite_origin
+from vinlens.health.precision import ModulePrecision, PrecisionReport, precision_headroom
 from vinlens.health.stats import ActivationAccumulator, ActivationStats, collect_activation_stats
 from vinlens.health.summaries import TensorTrace
 from vinlens.model_inspection import TensorSummary

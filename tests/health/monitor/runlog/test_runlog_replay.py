@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from vinlens.health import TrainingMonitor, load_replay, open_run
-from vinlens.health.runlog import DEFAULT_REPLAY_MAX_BYTES
+from vinlens.health.monitor.runlog import DEFAULT_REPLAY_MAX_BYTES
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[2]
 SCRIPT = HERE / "runlog_train.py"
 ENV = os.environ | {"OMP_NUM_THREADS": "1"}
 

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from vinlens.health.monitor import HistoryMatrix, NonFiniteEvent
+    from vinlens.health.monitor._records import HistoryMatrix, NonFiniteEvent
 
 
 class _Run(Protocol):
-    """What the export reads of a :class:`~vinlens.health.runlog.reader.TrainingRun`."""
+    """What the export reads of a :class:`~vinlens.health.monitor.runlog.reader.TrainingRun`."""
 
     @property
     def ranks(self) -> tuple[int, ...]: ...

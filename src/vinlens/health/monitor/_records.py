@@ -14,6 +14,17 @@ from vinlens.health.gradient import GradientOrigin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What a run log records of the monitor that writes it: its first record."""
+
+    module_paths: tuple[str, ...]
+    every: int
+    rank: int
+    fields: tuple[str, ...]
+
+
 #: Columns of :meth:`TrainingMonitor.history_matrix`.
 HistoryField = Literal[
     "grad_norm",
@@ -65,7 +76,7 @@ class NonFiniteEvent:
         rank: The rank (process) that ran the step: ``torch.distributed``'s rank, 0 when
             it is not initialized.
         made_on_ranks: The ranks whose local replay found an origin, the same tuple on
-            every rank of a ``ranks="all"`` monitor (see :mod:`vinlens.health.distributed`);
+            every rank of a ``ranks="all"`` monitor (see :mod:`vinlens.health.monitor._distributed`);
             this rank's alone, or (), otherwise.
         replayed: False when the step was not replayed (:meth:`TrainingMonitor.end_step`
             got no ``replay``), so ``origin`` is None without a search.

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vinlens.health._rng import RngStates, restore_rng
-from vinlens.health._rng import rng_states as rng_states  # the monitor's begin_step
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health.monitor._rng import RngStates, restore_rng
+from vinlens.health.monitor._rng import rng_states as rng_states  # the monitor's begin_step
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vinlens.health.runlog.format import (
+from vinlens.health.monitor._records import RunMeta
+from vinlens.health.monitor.runlog.format import (
     EVENT,
     META,
     STEPS,
@@ -29,7 +30,7 @@ from vinlens.health.runlog.format import (
     encode_record,
     encode_samples,
 )
-from vinlens.health.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.location import split_log_dir
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -172,7 +173,7 @@ class RunLogWriter:
 
     def sample(self, step: int, block: np.ndarray[Any, np.dtype[np.float64]]) -> None:
         """One sampled step's ``(modules, fields)`` rows (a flush writes its sampled steps as
-        one :data:`~vinlens.health.runlog.format.SAMPLES` record)."""
+        one :data:`~vinlens.health.monitor.runlog.format.SAMPLES` record)."""
         rows = np.array(block, dtype=np.float64)
         with self._lock:
             pending = self._pending
@@ -189,8 +190,8 @@ class RunLogWriter:
 
     def start_state(self, model: Any) -> Any:
         """The buffers of ``model`` as the step starts (a
-        :class:`~vinlens.health.runlog.replay.StartState`, refilled in place each step)."""
-        from vinlens.health.runlog.replay import StartState
+        :class:`~vinlens.health.monitor.runlog.replay.StartState`, refilled in place each step)."""
+        from vinlens.health.monitor.runlog.replay import StartState
 
         start = self._start
         if start is None or start.model is not model:
@@ -198,8 +199,8 @@ class RunLogWriter:
         return start.capture()
 
     def capture(self, model: Any, start_buffers: Any) -> Any:
-        """A :class:`~vinlens.health.runlog.replay.ReplayCapture` for a step's replay."""
-        from vinlens.health.runlog.replay import ReplayCapture
+        """A :class:`~vinlens.health.monitor.runlog.replay.ReplayCapture` for a step's replay."""
+        from vinlens.health.monitor.runlog.replay import ReplayCapture
 
         return ReplayCapture(model, start_buffers)
 
@@ -207,7 +208,7 @@ class RunLogWriter:
         """Record a non-finite step's :class:`~vinlens.health.NonFiniteEvent` (every field):
         its replay bundle (the first :data:`MAX_REPLAY_BUNDLES` of the run), then the
         event, both at once."""
-        from vinlens.health.runlog.replay import bundle_name
+        from vinlens.health.monitor.runlog.replay import bundle_name
 
         step, rank, origin = event.step, event.rank, event.origin
         name = None
@@ -354,10 +355,9 @@ class RunLogWriter:
 
 
 def open_monitor_log(
-    monitor: Any,
+    run: RunMeta,
     log_dir: str | os.PathLike[str],
     storage_options: Mapping[str, Any] | None,
-    fields: tuple[str, ...],
 ) -> RunLogWriter:
     """The writer of a :class:`~vinlens.health.TrainingMonitor` (its metadata record first)."""
     import torch
@@ -368,13 +368,13 @@ def open_monitor_log(
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     meta = {
         "format": 1,
-        "module_paths": list(monitor.module_paths),
-        "fields": list(fields),
-        "every": monitor.every,
-        "rank": monitor.rank,
+        "module_paths": list(run.module_paths),
+        "fields": list(run.fields),
+        "every": run.every,
+        "rank": run.rank,
         "world_size": world,
         "vinlens_version": getattr(vinlens, "__version__", "unknown"),
         "torch_version": torch.__version__,
         "started": time.time(),
     }
-    return RunLogWriter(log_dir, storage_options=storage_options, rank=monitor.rank, meta=meta)
+    return RunLogWriter(log_dir, storage_options=storage_options, rank=run.rank, meta=meta)

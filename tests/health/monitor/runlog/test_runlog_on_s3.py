@@ -17,7 +17,7 @@ from s3_server import S3Server, s3_filesystem
 
 from vinlens.health import open_run
 
-SCRIPT = Path(__file__).parents[1] / "health" / "runlog_train.py"
+SCRIPT = Path(__file__).parents[2] / "runlog_train.py"
 
 
 def _command(url: str, server: S3Server, *args: str) -> list[str]:

@@ -13,9 +13,9 @@ import torch
 from health_models import assert_no_hooks
 from torch import nn
 
-import vinlens.health.monitor as monitor_module
+import vinlens.health.monitor._monitor as monitor_module
 from vinlens.health import TrainingMonitor
-from vinlens.health._monitor_budget import MAX_STRETCH
+from vinlens.health.monitor._budget import MAX_STRETCH
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import leftover_hooks
 

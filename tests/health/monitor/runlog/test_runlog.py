@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from vinlens.health import TrainingMonitor, TrainingRun, open_run
-from vinlens.health.runlog.format import META, SAMPLES, STEPS, iter_records, sample_index
+from vinlens.health.monitor.runlog.format import META, SAMPLES, STEPS, iter_records, sample_index
 
-SCRIPT = Path(__file__).with_name("runlog_train.py")
+SCRIPT = Path(__file__).parents[2] / "runlog_train.py"
 
 
 def _train(log_dir: Path, *args: str, timeout: float = 120) -> None:
@@ -248,7 +248,7 @@ except RunLogError as error:
 def _write_synthetic(log: Path, modules: int, samples: int, seed: int = 0) -> np.ndarray:
     """A run log of ``samples`` sampled steps of ``modules`` modules written by the
     monitor's writer; returns the ``(samples, modules, fields)`` blocks written."""
-    from vinlens.health.runlog.writer import RunLogWriter
+    from vinlens.health.monitor.runlog.writer import RunLogWriter
 
     fields = ["count", "mean", "std", "min", "max", "abs_max", "zero_fraction"]
     fields += ["nan_count", "posinf_count", "neginf_count", "grad_norm"]

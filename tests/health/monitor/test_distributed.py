@@ -16,7 +16,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-WORKER = Path(__file__).with_name("distributed_worker.py")
+WORKER = Path(__file__).parents[1] / "distributed_worker.py"
 
 
 def free_port() -> int:
@@ -31,7 +31,7 @@ def run_ranks(
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", VINLENS_TEST_DIST_BACKEND=backend)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")]
+        [str(Path(__file__).parents[3] / "src"), env.get("PYTHONPATH", "")]
     )
     outs = [tmp_path / f"rank{r}.json" for r in range(world)]
     procs = [

@@ -82,7 +82,7 @@ def test_the_export_holds_every_step_every_module_norm_and_the_events(tmp_path: 
 
 def test_every_rank_is_its_own_tensorboard_run(tmp_path: Path) -> None:
     """Two ranks' writers in one directory, as torchrun's processes write it."""
-    from vinlens.health.runlog.writer import RunLogWriter
+    from vinlens.health.monitor.runlog.writer import RunLogWriter
 
     fields = ["count", "mean", "std", "min", "max", "abs_max", "zero_fraction"]
     fields += ["nan_count", "posinf_count", "neginf_count", "grad_norm"]

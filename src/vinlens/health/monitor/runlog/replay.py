@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
-from vinlens.health.runlog.format import decode_json, encode_json
-from vinlens.health.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.format import decode_json, encode_json
+from vinlens.health.monitor.runlog.location import split_log_dir
 from vinlens.hooks import HookSet
 
 __all__ = [

@@ -17,7 +17,7 @@ from health_models import NanBackward
 from torch import nn
 
 from vinlens.health import TrainingMonitor
-from vinlens.health._monitor_steps import rng_states
+from vinlens.health.monitor._steps import rng_states
 
 
 def _same_numpy(saved: Any, now: Any) -> bool:

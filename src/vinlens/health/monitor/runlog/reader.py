@@ -21,13 +21,13 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch import nn
 
-from vinlens.health.monitor import (
+from vinlens.health.monitor._records import (
     HistoryMatrix,
     ModuleHistory,
     NonFiniteEvent,
     TrainingHistory,
 )
-from vinlens.health.runlog.format import (
+from vinlens.health.monitor.runlog.format import (
     EVENT,
     META,
     SAMPLE,
@@ -38,9 +38,9 @@ from vinlens.health.runlog.format import (
     iter_records,
     sample_index,
 )
-from vinlens.health.runlog.location import split_log_dir
-from vinlens.health.runlog.replay import Replay, load_replay
-from vinlens.health.runlog.writer import segment_seq
+from vinlens.health.monitor.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.replay import Replay, load_replay
+from vinlens.health.monitor.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
 __all__ = ["StepSeries", "TrainingRun", "open_run"]
@@ -368,8 +368,8 @@ class TrainingRun:
         """Write the every-step series, the per-module gradient norms (scalars) and the
         events (text) as TensorBoard event files, one run per rank (``logdir/rank0``, ...);
         returns the directories written. Needs the ``vinlens[tensorboard]`` extra; see
-        :mod:`vinlens.health.runlog.tensorboard`."""
-        from vinlens.health.runlog.tensorboard import export_tensorboard
+        :mod:`vinlens.health.monitor.runlog.tensorboard`."""
+        from vinlens.health.monitor.runlog.tensorboard import export_tensorboard
 
         return export_tensorboard(self, logdir)
 

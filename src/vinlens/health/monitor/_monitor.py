@@ -28,15 +28,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from vinlens.health._monitor_amp import (
+from vinlens.health.monitor._amp import (
     LossScales,
     LowPrecision,
     ScalerWatch,
     headroom_bits,
     unscaled_norms,
 )
-from vinlens.health._monitor_budget import Budget
-from vinlens.health._monitor_records import (
+from vinlens.health.monitor._budget import Budget
+from vinlens.health.monitor._distributed import RankSync
+from vinlens.health.monitor._records import (
     COLUMNS,
     COMPILED_FINITE,
     GRAD_NORM,
@@ -52,10 +53,11 @@ from vinlens.health._monitor_records import (
     MonitorTotals,
     NonFiniteEvent,
     NonFiniteGradientError,
+    RunMeta,
     TrainingHistory,
     summary_of_row,
 )
-from vinlens.health._monitor_steps import (
+from vinlens.health.monitor._steps import (
     ModelTree,
     OpenStep,
     all_finite,
@@ -65,7 +67,6 @@ from vinlens.health._monitor_steps import (
     replay_step,
     rng_states,
 )
-from vinlens.health.distributed import RankSync
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
 from vinlens.hooks import HookSet
@@ -77,7 +78,7 @@ from vinlens.wrappers import (
 )
 
 if TYPE_CHECKING:
-    from vinlens.health.runlog.writer import RunLogWriter
+    from vinlens.health.monitor.runlog.writer import RunLogWriter
 
 __all__ = [
     "EVENTS_KEPT",
@@ -126,7 +127,7 @@ class TrainingMonitor:
             non-finite step (before the caller's optimizer step, so the weights stay
             finite); ``"record"`` records it and returns normally.
         log_dir: A directory (a path or an fsspec URL such as ``s3://bucket/runs/exp42``)
-            the monitor appends its run log to (see :mod:`vinlens.health.runlog`); read
+            the monitor appends its run log to (see :mod:`vinlens.health.monitor.runlog`); read
             it with :func:`vinlens.health.open_run`. None keeps everything in memory.
         storage_options: fsspec options for a ``log_dir`` URL.
         replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
@@ -135,7 +136,7 @@ class TrainingMonitor:
         ranks: Under ``torch.distributed``: ``"all"`` (every rank monitors and the ranks
             agree on each step's verdict, one tiny all-reduce per step), ``"local"`` (this
             rank alone, no collective), or None: ``"all"`` for a DDP or FSDP2 model, else
-            ``"local"``. See :mod:`vinlens.health.distributed`.
+            ``"local"``. See :mod:`vinlens.health.monitor._distributed`.
         scaler: The ``torch.amp.GradScaler`` scaling the loss, or None. A step whose
             gradients overflow is then one the scaler skips: expected, recorded in
             :attr:`skipped_steps` (the first of each streak also in :attr:`events`, its
@@ -226,9 +227,10 @@ class TrainingMonitor:
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
         if log_dir is not None:
-            from vinlens.health.runlog.writer import open_monitor_log
+            from vinlens.health.monitor.runlog.writer import open_monitor_log
 
-            self._log = open_monitor_log(self, log_dir, storage_options, ROW_FIELDS)
+            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS)
+            self._log = open_monitor_log(meta, log_dir, storage_options)
 
     # ------------------------------------------------------------------ the loop
 

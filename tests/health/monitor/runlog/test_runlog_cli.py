@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vinlens.cli import main
 
-SCRIPT = Path(__file__).with_name("runlog_train.py")
+SCRIPT = Path(__file__).parents[2] / "runlog_train.py"
 ENV = os.environ | {"OMP_NUM_THREADS": "1"}
 
 
