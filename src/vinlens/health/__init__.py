@@ -40,6 +40,8 @@ from vinlens.health.monitor import (
     MonitorTotals,
     NonFiniteEvent,
     NonFiniteGradientError,
+    RankView,
+    RunHistory,
     TrainingHistory,
     TrainingMonitor,
 )
@@ -76,7 +78,9 @@ __all__ = [
     "NonFiniteGradientError",
     "NonFiniteOrigin",
     "PrecisionReport",
+    "RankView",
     "Replay",
+    "RunHistory",
     "RunLogError",
     "StepSeries",
     "TensorSummary",

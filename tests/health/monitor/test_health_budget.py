@@ -13,7 +13,7 @@ import torch
 from health_models import assert_no_hooks
 from torch import nn
 
-import vinlens.health.monitor._monitor as monitor_module
+import vinlens.health.monitor._steps as steps_module
 from vinlens.health import TrainingMonitor
 from vinlens.health.monitor._budget import MAX_STRETCH
 from vinlens.health.stats import ActivationAccumulator
@@ -95,13 +95,13 @@ def test_overhead_stays_under_the_budget(
     model = small_model()
     sample_cost = 0.05  # half a step: every=1 would cost 33%
     per_step = 0.0005  # the per-step check: 0.5%, under the budget
-    finite_norm = monitor_module.finite_norm
+    finite_norm = steps_module.finite_norm
 
     def slow_check(grads: object) -> tuple[bool, float]:
         clock.now += per_step
         return finite_norm(grads)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(monitor_module, "finite_norm", slow_check)
+    monkeypatch.setattr(steps_module, "finite_norm", slow_check)
     budget = 0.02
     monitor = budgeted(model, clock, budget)
     calls = 4  # modules hooked per sampled step: the Sequential and its three children

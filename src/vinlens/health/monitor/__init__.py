@@ -10,7 +10,8 @@ budget), ``_rng`` (random-number state) and ``_distributed`` (the ranks' agreeme
 from __future__ import annotations
 
 from vinlens.health.monitor._amp import LossScales
-from vinlens.health.monitor._monitor import EVENTS_KEPT, HISTORY_SAMPLES, TrainingMonitor
+from vinlens.health.monitor._history import HISTORY_SAMPLES, RunHistory
+from vinlens.health.monitor._monitor import EVENTS_KEPT, TrainingMonitor
 from vinlens.health.monitor._records import (
     SUMMARY_FIELDS,
     HistoryField,
@@ -27,6 +28,7 @@ from vinlens.health.monitor._records import (
 from vinlens.health.monitor.runlog import (
     DEFAULT_FLUSH_INTERVAL,
     DEFAULT_REPLAY_MAX_BYTES,
+    RankView,
     Replay,
     RunLogError,
     StepSeries,
@@ -50,7 +52,9 @@ __all__ = [
     "MonitoredStep",
     "NonFiniteEvent",
     "NonFiniteGradientError",
+    "RankView",
     "Replay",
+    "RunHistory",
     "RunLogError",
     "RunMeta",
     "StepSeries",

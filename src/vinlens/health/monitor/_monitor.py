@@ -19,8 +19,8 @@ import contextlib
 import math
 import os
 import threading
-import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -33,12 +33,11 @@ from vinlens.health.monitor._amp import (
     LowPrecision,
     ScalerWatch,
     headroom_bits,
-    unscaled_norms,
 )
 from vinlens.health.monitor._budget import Budget
 from vinlens.health.monitor._distributed import RankSync
+from vinlens.health.monitor._history import Listeners, SampleHistory
 from vinlens.health.monitor._records import (
-    COLUMNS,
     COMPILED_FINITE,
     GRAD_NORM,
     HEADROOM,
@@ -47,57 +46,36 @@ from vinlens.health.monitor._records import (
     SUMMARY_FIELDS,
     HistoryField,
     HistoryMatrix,
-    ModuleHistory,
-    ModuleTotals,
     MonitoredStep,
-    MonitorTotals,
     NonFiniteEvent,
     NonFiniteGradientError,
     RunMeta,
+    StepSeries,
     TrainingHistory,
-    summary_of_row,
 )
 from vinlens.health.monitor._steps import (
     ModelTree,
     OpenStep,
-    all_finite,
-    finite_norm,
+    StepSlot,
+    arm_sample,
+    checked_norm,
+    checked_norms,
     owner_rows,
-    parameter_norms,
     replay_step,
     rng_states,
 )
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.health.summaries import check_callable, check_model, labelled_modules
-from vinlens.hooks import HookSet
 from vinlens.model_inspection import SummaryAccumulator
 from vinlens.wrappers import (
     compiled_paths,
-    hold_eager,
     unwrap_model,
 )
 
 if TYPE_CHECKING:
     from vinlens.health.monitor.runlog.writer import RunLogWriter
 
-__all__ = [
-    "EVENTS_KEPT",
-    "HISTORY_SAMPLES",
-    "HistoryMatrix",
-    "LossScales",
-    "ModuleHistory",
-    "ModuleTotals",
-    "MonitorTotals",
-    "MonitoredStep",
-    "NonFiniteEvent",
-    "NonFiniteGradientError",
-    "TrainingHistory",
-    "TrainingMonitor",
-]
-
-#: Sampled steps kept in the ring of :attr:`TrainingMonitor.history` (older ones live on
-#: only in the totals).
-HISTORY_SAMPLES = 512
+__all__ = ["EVENTS_KEPT", "TrainingMonitor"]
 
 #: Non-finite events a monitor keeps in full (:attr:`TrainingMonitor.events`, ~2.5 KB
 #: each). Past them a step is counted (:attr:`TrainingMonitor.nonfinite_count`,
@@ -200,17 +178,16 @@ class TrainingMonitor:
         self._parameters = self._tree.parameters
         self._owner_rows = owner_rows(self._module, self.module_paths)
         self._lock = threading.Lock()
-        self._running = threading.Lock()  # held by the step in progress
-        self._open: OpenStep | None = None  # the step begin_step began
+        # The step in progress, released by close(), __exit__ or, for a monitor dropped
+        # with a step open, the finalizer: its taps and eager stance never outlive it.
+        self._slot = StepSlot()
+        weakref.finalize(self, self._slot.release)
         self._events: list[NonFiniteEvent] = []
         self._nonfinite_count = 0
         self._last_nonfinite_step: int | None = None
         self._step = 0
-        self._samples = 0
-        self._ring_steps = np.zeros(HISTORY_SAMPLES, dtype=np.int64)
-        self._ring = np.full((HISTORY_SAMPLES, len(self.module_paths), ROW_WIDTH), math.nan)
-        self._totals = MonitorTotals(self.module_paths)
-        self._listeners: list[Callable[[TrainingMonitor], None]] = []
+        self._history = SampleHistory(self.module_paths)
+        self._listeners: Listeners[TrainingMonitor] = Listeners()
         self._ranks = RankSync(model, self._parameters, ranks)
         self.rank = self._ranks.rank
         self._log: RunLogWriter | None = None
@@ -320,8 +297,8 @@ class TrainingMonitor:
                 removed, so the monitor is free again; a step begun on another thread is
                 left running.
         """
-        if not self._running.acquire(blocking=False):
-            stale = self._open
+        if not self._slot.running.acquire(blocking=False):
+            stale = self._slot.open
             if stale is not None and stale.thread == threading.get_ident():
                 self._abandon(stale.step)
                 raise RuntimeError(
@@ -355,31 +332,19 @@ class TrainingMonitor:
                     for path, module in labelled_modules(self._module, None)
                     if path in self._rows
                 ]
-                outputs = ActivationAccumulator()
-                fold = outputs.update
-                self._low = low = LowPrecision()
-                clock, spend = self._budget.clock, self._budget.spend
-
-                def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-                    if threading.get_ident() == owner:  # not an eval/serving thread's forward
-                        start = clock()
-                        fold(label, output)
-                        low.note(output)
-                        spend(clock() - start)
-
-                # Eagerly, so that a compiled model's hooks fire and dynamo never traces
-                # them; released when the step ends or is abandoned.
-                release_eager = hold_eager()
-                hooks = HookSet()
-                hooks.hook_modules(self._targets, None, post)
-            self._open = OpenStep(step, owner, rng, start_buffers, outputs, hooks, release_eager)
+                outputs, self._low, hooks, release_eager = arm_sample(
+                    self._targets, owner, self._budget
+                )
+            self._slot.open = OpenStep(
+                step, owner, rng, start_buffers, outputs, hooks, release_eager
+            )
             self._budget.spend_since(mark)
         except BaseException:
             if hooks is not None:
                 hooks.remove()
             if release_eager is not None:
                 release_eager()
-            self._running.release()
+            self._slot.running.release()
             raise
         return step
 
@@ -406,7 +371,7 @@ class TrainingMonitor:
                 step is left running).
             NonFiniteGradientError: non-finite gradients and ``on_nonfinite="raise"``.
         """
-        step = self._open
+        step = self._slot.open
         if step is None:
             raise RuntimeError(
                 "TrainingMonitor.end_step: no step in progress (call begin_step before the "
@@ -427,17 +392,16 @@ class TrainingMonitor:
                 check_callable(replay, "re-runs the step (zero_grad, forward, backward)")
             return self._finish(step, result, replay)
         finally:
-            self._open = None
+            self._slot.open = None
             self._budget.spend_since(mark, ends_step=True)
-            self._running.release()
+            self._slot.running.release()
 
     def abort_step(self) -> bool:
         """Abandon the step in progress (its step failed): remove its hooks, record nothing.
 
         Returns whether a step was in progress. The step number stays used.
         """
-        step = self._open
-        return step is not None and self._abandon(step.step)
+        return self._slot.release()
 
     @contextlib.contextmanager
     def monitored_step(
@@ -459,18 +423,7 @@ class TrainingMonitor:
 
     def _abandon(self, number: int) -> bool:
         """Remove the hooks of step ``number`` if it is still in progress and free the monitor."""
-        step = self._open
-        if step is None or step.step != number:
-            return False
-        self._open = None
-        try:
-            if step.hooks is not None:
-                step.hooks.remove()
-            if step.release_eager is not None:
-                step.release_eager()
-        finally:
-            self._running.release()
-        return True
+        return self._slot.release(number)
 
     def _finish(
         self, open_step: OpenStep, result: object, replay: Callable[[], object] | None
@@ -484,7 +437,8 @@ class TrainingMonitor:
         if open_step.outputs is not None:
             finite = self._record_sample(step, open_step.outputs, grads)
         else:
-            finite, self._last_norm = self._checked_norm(grads)
+            finite, self._last_norm = checked_norm(self._ranks, self._amp, self._parameters, grads)
+        self._history.add_step(step, self._last_norm, result)
         if self._log is not None:
             self._log.check()
             self._log.step(step, self._last_norm, result)  # the loss, read when written
@@ -560,11 +514,14 @@ class TrainingMonitor:
     # ------------------------------------------------------------------ run log
 
     def close(self) -> None:
-        """Flush the run log and close it (nothing to do without ``log_dir``; idempotent).
+        """Abandon a step left open (an exception between :meth:`begin_step` and
+        :meth:`end_step`: its hooks removed, its eager stance released), then flush the run
+        log and close it. Idempotent.
 
         Raises:
             RunLogError: the log's destination refused the last records.
         """
+        self._slot.release()
         if self._log is not None:
             self._log.close()
 
@@ -579,7 +536,7 @@ class TrainingMonitor:
     def _record_sample(
         self, step: int, outputs: ActivationAccumulator, grads: list[torch.Tensor | None]
     ) -> bool:
-        finite, norms = self._checked_norms(grads)
+        finite, norms = checked_norms(self._ranks, self._amp, self._parameters, grads)
         squares = [0.0] * len(self.module_paths)
         has = [False] * len(self.module_paths)
         for norm, row, grad in zip(norms, self._owner_rows, grads, strict=True):
@@ -595,91 +552,29 @@ class TrainingMonitor:
             block[row, :GRAD_NORM] = [getattr(summary, f) for f in SUMMARY_FIELDS]
             block[row, GRAD_NORM] = module_norms[row]
             block[row, HEADROOM] = headroom_bits(summary, self._low.dtype)
-        with self._lock:
-            slot = self._samples % HISTORY_SAMPLES
-            self._ring_steps[slot] = step
-            self._ring[slot] = block
-            self._samples += 1
-            self._totals.update((outputs, module_norms))
+        self._history.add_sample(step, block, outputs, module_norms)
+        self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
         if self._log is not None:
-            self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
             self._log.sample(step, block)
         return finite
 
-    def _checked_norms(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, Sequence[float]]:
-        """Every rank's verdict and each parameter's gradient norm (global when sharded)."""
-        local = parameter_norms(grads)
-        finite = all(math.isfinite(n) for n in local) or all_finite(grads)
-        finite, norms = self._ranks.agree_norms(finite, local)
-        if self._amp is not None and self._amp.enabled:  # the history's norms are unscaled
-            norms = unscaled_norms(norms, self._amp.divisors(self._parameters))
-        return finite, norms
-
-    def _checked_norm(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
-        """Every rank's verdict and the global gradient norm."""
-        divisor = 1.0
-        if self._amp is not None and self._amp.enabled:
-            divisors = self._amp.divisors(self._parameters)
-            if not isinstance(divisors, float):  # some optimizers unscaled, some not
-                return self._checked_per_parameter(grads)
-            divisor = divisors
-        if not self._ranks.per_parameter:
-            finite, norm = self._ranks.agree_norm(*finite_norm(grads))
-            return finite, norm / divisor
-        return self._checked_per_parameter(grads)
-
-    def _checked_per_parameter(self, grads: Sequence[torch.Tensor | None]) -> tuple[bool, float]:
-        finite, norms = self._checked_norms(grads)
-        return finite, math.sqrt(math.fsum(n * n for n in norms))
-
-    def _order(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        count = min(self._samples, HISTORY_SAMPLES)
-        start = self._samples - count
-        return np.arange(start, self._samples, dtype=np.int64) % HISTORY_SAMPLES
+    def step_series(self) -> StepSeries:
+        """Every step's number, global gradient norm (unscaled) and loss (NaN where the step
+        returned no scalar), as the run log holds them."""
+        return self._history.step_series()
 
     def history_matrix(self, field: HistoryField = "grad_norm") -> HistoryMatrix:
         """One statistic of every watched module over the sampled steps in the ring."""
-        return self.history_matrices((field,))[0]
+        return self._history.history_matrices((field,))[0]
 
     def history_matrices(self, fields: Sequence[HistoryField]) -> tuple[HistoryMatrix, ...]:
         """Several statistics from one consistent snapshot of the ring (one per field)."""
-        columns = []
-        for field in fields:
-            column = COLUMNS.get(field)
-            if column is None:
-                raise ValueError(
-                    f"field must be one of {', '.join(sorted(COLUMNS))}, got {field!r}"
-                )
-            columns.append(column)
-        with self._lock:
-            order = self._order()
-            steps = tuple(int(s) for s in self._ring_steps[order])
-            ring = self._ring[order]
-        return tuple(
-            HistoryMatrix(field, steps, self.module_paths, ring[:, :, column].T.copy())
-            for field, column in zip(fields, columns, strict=True)
-        )
+        return self._history.history_matrices(fields)
 
     @property
     def history(self) -> TrainingHistory:
         """The sampled steps in the ring and the totals over every sampled step."""
-        with self._lock:
-            order = self._order()
-            steps = tuple(int(s) for s in self._ring_steps[order])
-            ring = self._ring[order]
-            totals = self._totals.finish()
-            samples, steps_run = self._samples, self._step
-        modules: dict[str, ModuleHistory] = {}
-        for row, path in enumerate(self.module_paths):
-            values = ring[:, row, :]
-            modules[path] = ModuleHistory(
-                grad_norm=tuple(float(v) for v in values[:, GRAD_NORM]),
-                output=tuple(summary_of_row(v) for v in values),
-                grad_norm_total=totals[path].grad_norm,
-                output_total=totals[path].output,
-                headroom_bits=tuple(float(v) for v in values[:, HEADROOM]),
-            )
-        return TrainingHistory(steps, types.MappingProxyType(modules), steps_run, samples)
+        return self._history.history(self._step)
 
     # ------------------------------------------------------------------ listeners
 
@@ -690,21 +585,7 @@ class TrainingMonitor:
         raises becomes a warning, never a failed step.
         """
         check_callable(listener, "takes the monitor")
-        with self._lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
+        return self._listeners.add(listener)
 
     def _notify(self) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(self)
-            except Exception as error:  # a view must never fail the training step
-                warnings.warn(f"training monitor listener failed: {error!r}", stacklevel=3)
+        self._listeners.notify(self)

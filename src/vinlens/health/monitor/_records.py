@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
@@ -285,3 +285,13 @@ def summary_of_row(values: np.ndarray[Any, np.dtype[np.float64]]) -> TensorSumma
             else float(value)
         )
     return TensorSummary(**fields)
+
+
+class StepSeries(NamedTuple):
+    """The every-step series of one rank: ``steps`` (int64), ``grad_norm`` (float64, the
+    global L2 norm of the parameters' gradients), ``loss`` (float64, NaN where ``step_fn``
+    returned no scalar)."""
+
+    steps: np.ndarray[Any, np.dtype[np.int64]]
+    grad_norm: np.ndarray[Any, np.dtype[np.float64]]
+    loss: np.ndarray[Any, np.dtype[np.float64]]

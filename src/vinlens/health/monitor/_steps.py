@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from vinlens.health.gradient import GradientOrigin, find_nonfinite_gradient_origin
+from vinlens.health.monitor._amp import LowPrecision, ScalerWatch, unscaled_norms
+from vinlens.health.monitor._budget import Budget
+from vinlens.health.monitor._distributed import RankSync
 from vinlens.health.monitor._rng import RngStates, restore_rng
 from vinlens.health.monitor._rng import rng_states as rng_states  # the monitor's begin_step
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.hooks import HookSet
 from vinlens.model_inspection import ROOT_PATH
-from vinlens.wrappers import named_parameters
+from vinlens.wrappers import hold_eager, named_parameters
 
 
 def replay_step(
@@ -110,6 +115,35 @@ class OpenStep:
     release_eager: Callable[[], None] | None = None  # ends the sampled step's eager stance
 
 
+class StepSlot:
+    """The step in progress and the lock it holds while it runs.
+
+    Apart from the monitor so that a finalizer can release it without keeping the monitor
+    alive: the taps a sampled step armed are process-wide (every instance of a hooked class
+    runs through them), so an open step must end with the monitor at the latest.
+    """
+
+    def __init__(self) -> None:
+        self.open: OpenStep | None = None
+        self.running = threading.Lock()
+
+    def release(self, number: int | None = None) -> bool:
+        """Abandon the open step (only step ``number``, when given): remove its hooks, end
+        its eager stance, free the monitor. Returns whether a step was abandoned."""
+        step = self.open
+        if step is None or (number is not None and step.step != number):
+            return False
+        self.open = None
+        try:
+            if step.hooks is not None:
+                step.hooks.remove()
+            if step.release_eager is not None:
+                step.release_eager()
+        finally:
+            self.running.release()
+        return True
+
+
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -173,3 +207,72 @@ def parameter_norms(grads: Sequence[torch.Tensor | None]) -> list[float]:
         for i, value in zip(indices, values.tolist(), strict=True):
             norms[i] = value
     return norms
+
+
+def checked_norms(
+    ranks: RankSync,
+    amp: ScalerWatch | None,
+    parameters: Sequence[nn.Parameter],
+    grads: Sequence[torch.Tensor | None],
+) -> tuple[bool, Sequence[float]]:
+    """Every rank's verdict and each parameter's gradient norm (global when sharded), unscaled
+    by the GradScaler's divisors so that the history's norms are the model's."""
+    local = parameter_norms(grads)
+    finite = all(math.isfinite(n) for n in local) or all_finite(grads)
+    finite, norms = ranks.agree_norms(finite, local)
+    if amp is not None and amp.enabled:
+        norms = unscaled_norms(norms, amp.divisors(parameters))
+    return finite, norms
+
+
+def checked_norm(
+    ranks: RankSync,
+    amp: ScalerWatch | None,
+    parameters: Sequence[nn.Parameter],
+    grads: Sequence[torch.Tensor | None],
+) -> tuple[bool, float]:
+    """Every rank's verdict and the global gradient norm: one fused norm, or the parameters'
+    norms summed where optimizers unscaled differently or the gradients are sharded."""
+    divisor: float | None = 1.0
+    if amp is not None and amp.enabled:
+        divisors = amp.divisors(parameters)  # a sequence: some optimizers unscaled, some not
+        divisor = divisors if isinstance(divisors, float) else None
+    if divisor is None or ranks.per_parameter:
+        finite, norms = checked_norms(ranks, amp, parameters, grads)
+        return finite, math.sqrt(math.fsum(n * n for n in norms))
+    finite, norm = ranks.agree_norm(*finite_norm(grads))
+    return finite, norm / divisor
+
+
+def arm_sample(
+    targets: Sequence[tuple[str, nn.Module]], owner: int, budget: Budget
+) -> tuple[ActivationAccumulator, LowPrecision, HookSet, Callable[[], None]]:
+    """Hook the watched modules for one sampled step: their outputs folded into summaries on
+    the training thread ``owner`` only (an evaluation or serving thread's forward of the
+    same model is not this step's), the time spent charged to the budget.
+
+    Returns the summaries, the step's low-precision dtype watch, the hooks and the release of
+    the eager stance, which the step's end (or abandonment) calls after removing the hooks.
+    """
+    outputs = ActivationAccumulator()
+    fold = outputs.update
+    low = LowPrecision()
+    clock, spend = budget.clock, budget.spend
+
+    def post(label: str, args: tuple[Any, ...], output: Any) -> None:
+        if threading.get_ident() == owner:
+            start = clock()
+            fold(label, output)
+            low.note(output)
+            spend(clock() - start)
+
+    # Eagerly, so that a compiled model's hooks fire and dynamo never traces them.
+    release_eager = hold_eager()
+    hooks = HookSet()
+    try:
+        hooks.hook_modules(targets, None, post)
+    except BaseException:
+        hooks.remove()
+        release_eager()
+        raise
+    return outputs, low, hooks, release_eager

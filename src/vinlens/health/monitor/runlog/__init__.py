@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from vinlens.health.monitor.runlog.reader import StepSeries, TrainingRun, open_run
 from vinlens.health.monitor.runlog.replay import DEFAULT_REPLAY_MAX_BYTES, Replay, load_replay
+from vinlens.health.monitor.runlog.view import RankView
 from vinlens.health.monitor.runlog.writer import DEFAULT_FLUSH_INTERVAL, RunLogError
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_REPLAY_MAX_BYTES",
+    "RankView",
     "Replay",
     "RunLogError",
     "StepSeries",

@@ -16,7 +16,7 @@ import threading
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from torch import nn
@@ -25,6 +25,7 @@ from vinlens.health.monitor._records import (
     HistoryMatrix,
     ModuleHistory,
     NonFiniteEvent,
+    StepSeries,
     TrainingHistory,
 )
 from vinlens.health.monitor.runlog.format import (
@@ -40,22 +41,13 @@ from vinlens.health.monitor.runlog.format import (
 )
 from vinlens.health.monitor.runlog.location import split_log_dir
 from vinlens.health.monitor.runlog.replay import Replay, load_replay
+from vinlens.health.monitor.runlog.view import RankView
 from vinlens.health.monitor.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
-__all__ = ["StepSeries", "TrainingRun", "open_run"]
+__all__ = ["RankView", "StepSeries", "TrainingRun", "open_run"]
 
 _COUNTS = ("count", "nan_count", "posinf_count", "neginf_count")
-
-
-class StepSeries(NamedTuple):
-    """The every-step series of one rank: ``steps`` (int64), ``grad_norm`` (float64, the
-    global L2 norm of the parameters' gradients), ``loss`` (float64, NaN where ``step_fn``
-    returned no scalar)."""
-
-    steps: np.ndarray[Any, np.dtype[np.int64]]
-    grad_norm: np.ndarray[Any, np.dtype[np.float64]]
-    loss: np.ndarray[Any, np.dtype[np.float64]]
 
 
 @dataclass
@@ -253,6 +245,16 @@ class TrainingRun:
     def module_paths(self) -> tuple[str, ...]:
         """The watched module paths (of the lowest rank)."""
         return tuple(self._rank(self.ranks[0]).meta["module_paths"])
+
+    def rank(self, rank: int) -> RankView:
+        """One rank's view of the run: the history API of that rank's live
+        :class:`~vinlens.health.TrainingMonitor` (``module_paths``, ``events``, ``history``,
+        ``history_matrix(field)``, ``step_series()``), with the same values.
+
+        Raises:
+            ValueError: the run has no such rank.
+        """
+        return RankView(self, rank)
 
     def meta(self, rank: int = 0) -> Mapping[str, Any]:
         """The rank's metadata: ``module_paths``, ``fields``, ``every``, ``rank``,
