@@ -38,6 +38,7 @@ STORE_DOOR = "vinlens.store.__init__"
 
 #: Units of the graph, most specific first: a module belongs to the first unit it falls in.
 UNITS = (
+    "vinlens.errors",
     "vinlens.store.compare",
     "vinlens.store.diagnostics",
     STORE_DOOR,
@@ -82,7 +83,8 @@ _OUTPUTS = frozenset({"vinlens.export", "vinlens.plotting"})
 #: import. Engines build only downwards; inside the store, ``store.compare`` ->
 #: ``store.diagnostics`` -> the store core, never back; outputs build on engines; the
 #: widgets, the CLI and the demo sit on top. An arrow missing here fails tests/test_docs.py.
-MAY_IMPORT: dict[str, frozenset[str]] = {
+_RULE: dict[str, frozenset[str]] = {
+    "vinlens.errors": frozenset(),
     "vinlens.operations": frozenset(),
     "vinlens.hooks": frozenset(),
     "vinlens.workers": frozenset({"vinlens.operations"}),
@@ -104,6 +106,11 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "vinlens.cli": _BOTTOM | _ENGINES | _OUTPUTS | {"vinlens.workers", "vinlens.demo"},
     "vinlens.demo": _BOTTOM | _ENGINES | _OUTPUTS | {"vinlens.workers"},
     "vinlens.integrations": _BOTTOM | {"vinlens.workers", "vinlens.health"},
+}
+#: ``vinlens.errors`` holds only the root of every error: any unit may raise a VinlensError.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    unit: allowed | ({"vinlens.errors"} if unit != "vinlens.errors" else set())
+    for unit, allowed in _RULE.items()
 }
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from vinlens.errors import VinlensError
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "show"]
+__all__ = ["VinlensError", "__version__", "show"]
 
 
 def show(obj: Any, **kwargs: Any) -> Any:

@@ -41,6 +41,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
 
+from vinlens.errors import VinlensError
+
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "Accumulator",
@@ -67,7 +69,7 @@ V_contra = TypeVar("V_contra", contravariant=True)
 R_co = TypeVar("R_co", covariant=True)
 
 
-class OperationCancelled(RuntimeError):
+class OperationCancelled(VinlensError, RuntimeError):
     """A long operation was cancelled through its :class:`CancelToken` before it finished."""
 
 

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vinlens.errors import VinlensError
+
 __all__ = [
     "INFERRED_LEADING_TOKENS",
     "LAYER_LAYOUTS",
@@ -152,7 +154,7 @@ _LAYOUT_CHANGING_NODES = ("Permute", "Transpose", "NativeLayerNorm")
 _MAX_WALK = 256
 
 
-class LayerLayoutError(ValueError):
+class LayerLayoutError(VinlensError, ValueError):
     """A layer output that cannot be read as ``[B, C, H, W]`` as it stands."""
 
 

@@ -1,4 +1,5 @@
-"""Every error the store package raises, in one hierarchy under :class:`VinlensStoreError`.
+"""Every error the store package raises, in one hierarchy under :class:`VinlensStoreError`
+(itself a :class:`~vinlens.errors.VinlensError`, the root of every vinlens error).
 
 The root is a plain marker: each family also derives from the builtin a caller already
 catches (``ValueError`` for broken contracts and undecodable bytes, ``OSError`` for
@@ -30,6 +31,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vinlens.errors import VinlensError
+
 __all__ = [
     "BlockMismatchError",
     "CorruptChunkError",
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 
-class VinlensStoreError(Exception):
+class VinlensStoreError(VinlensError):
     """Root of every store error (contract, access, record decoding, tar scanning)."""
 
 

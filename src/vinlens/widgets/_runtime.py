@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from vinlens.errors import VinlensError
 from vinlens.operations import CancelToken
 
 __all__ = [
@@ -35,11 +36,11 @@ class MessageSink(Protocol):
     def _send_message(self, message: dict[str, Any]) -> None: ...
 
 
-class CommandError(Exception):
+class CommandError(VinlensError, RuntimeError):
     """A problem the user should read in the widget's error box (no traceback needed)."""
 
 
-class CommandCancelled(Exception):
+class CommandCancelled(VinlensError, RuntimeError):
     """Raised inside a handler by :meth:`CommandContext.check_cancelled`."""
 
 
@@ -156,7 +157,7 @@ class _CommandSpec:
     busy: str | None
 
 
-class _Busy(Exception):
+class _Busy(VinlensError, RuntimeError):
     """An exclusive command was asked for while another one runs."""
 
 

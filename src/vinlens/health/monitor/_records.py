@@ -10,6 +10,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
+from vinlens.errors import VinlensError
 from vinlens.health.gradient import GradientOrigin
 from vinlens.health.stats import ActivationAccumulator
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
@@ -104,7 +105,7 @@ class NonFiniteEvent:
     loss_scale: float | None = None
 
 
-class NonFiniteGradientError(RuntimeError):
+class NonFiniteGradientError(VinlensError, RuntimeError):
     """Raised by :meth:`TrainingMonitor.run_step` for a non-finite step (``on_nonfinite="raise"``).
 
     Attributes:

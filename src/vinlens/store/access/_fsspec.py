@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import IO, Any, TypeVar, cast
 
+from vinlens.errors import VinlensError
 from vinlens.store.access._base import (
     FileStat,
     StoreAccess,
@@ -500,7 +501,7 @@ class FsspecStoreAccess(StoreAccess):
         self.__init__(state["url"], state["storage_options"])  # type: ignore[misc]
 
 
-class _Timeout(Exception):
+class _Timeout(VinlensError, TimeoutError):
     """A request ran past its total deadline (turned into a StoreAccessError by the caller)."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vinlens.errors import VinlensError
 from vinlens.health.monitor._records import RunMeta
 from vinlens.health.monitor.runlog.format import (
     EVENT,
@@ -53,7 +54,7 @@ _SEGMENT_PREFIX = "seg-"
 _SEGMENT_SUFFIX = ".vlr"
 
 
-class RunLogError(OSError):
+class RunLogError(VinlensError, OSError):
     """The run log's destination refused a write (full, gone, no permission).
 
     The monitor's in-memory history and events are kept; the writer stops writing.
