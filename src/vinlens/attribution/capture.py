@@ -193,9 +193,9 @@ def _layer_output(
             f"Target layer {module_path!r} returned {type(value).__name__}; attribution needs "
             "a tensor or a tuple of tensors."
         )
-    # select_tensor_output passes a single tensor through whatever the index (its seed
-    # contract); here an index the output cannot have is refused, so a caller who asked
-    # for output 3 is not silently shown output 0.
+    # select_tensor_output, public, passes a single tensor through whatever the index;
+    # here an index the output cannot have is refused, so a caller who asked for output 3
+    # is not silently shown output 0.
     if isinstance(value, torch.Tensor) and output_index not in (None, 0, -1):
         raise ValueError(
             f"Target layer {module_path!r} returned a single tensor of shape "

@@ -161,7 +161,7 @@ def gradient_captures(
         ValueError: If a module path does not exist, the score has a bad shape, or a
             layer's layout is ambiguous or does not fit (:class:`LayerLayoutError`).
         RuntimeError: If a target layer never ran for its camera, the score does not
-            depend on a camera's activation, or the seed capture helpers reject the
+            depend on a camera's activation, or :class:`GradientCapture` rejects the
             routing (layer invoked twice, activation without gradients).
     """
     modules = [resolve_target_module(model, target.target) for target in targets]

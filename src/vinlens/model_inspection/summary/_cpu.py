@@ -68,7 +68,7 @@ def cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int] 
         else:
             # Into this thread's scratch buffer (copy_: Tensor.to(float64) is several times
             # slower on the CPU): a fresh allocation per output, between the forward's own,
-            # kept landing on newly mapped pages.
+            # lands on newly mapped pages.
             wide = _scratch(tensor.numel())
             wide.view(tensor.shape).copy_(tensor)
             found = _block_sums(wide, zeros_possible, owned=True)
