@@ -36,10 +36,10 @@ from torch import nn
 from cnn_models import MODELS
 from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
 from vinlens.hooks import HookSet
-from vinlens.model_inspection import summary
+from vinlens.model_inspection.summary import _cpu
 
 # Loaded here, untimed (importing numba and its cached kernel takes ~1 s once per process).
-KERNEL = summary._moments_kernel()
+KERNEL = _cpu._moments_kernel()
 
 STATS, ORIGIN, DIFF = 1.15, 1.4, 2.2
 
@@ -52,7 +52,7 @@ def cpu_time(work: Callable[[], object], clock: Callable[[], float] = time.threa
 
 def fused_pass(tensor: torch.Tensor) -> None:
     """The kernels of one summary of a CPU float32 output (see the module docstring)."""
-    flat = summary._memory_order(tensor) if KERNEL is not None else None
+    flat = _cpu._memory_order(tensor) if KERNEL is not None else None
     if flat is not None:
         low, high = torch.aminmax(flat)
         float(low), float(high)

@@ -370,29 +370,15 @@ def run_operation(
     """
     executor = check_executor(executor)
     token = as_cancel_token(cancel)
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-    if known is not None and start is None:
-        raise ValueError(
-            "run_operation(known=...) needs start=, so that known partials stay intact"
-        )
-    if not tasks and start is None:
-        raise ValueError("run_operation() got no tasks and no start= to build an empty result")
+    _check_run_arguments(tasks, start, known, max_in_flight)
     weights = [1 if weight is None else int(weight(task)) for task in tasks]
     if any(w < 0 for w in weights):
         raise ValueError(f"task weights must be >= 0, got {min(weights)}")
-    total = sum(weights)
-    results: list[P | None] = [None] * len(tasks)
-    if known is not None:
-        for index, task in enumerate(tasks):
-            results[index] = known(task)
-    done = sum(w for w, r in zip(weights, results, strict=True) if r is not None)
+    results: list[P | None] = [None if known is None else known(task) for task in tasks]
+    counter = _Progress(progress, weights, results)
     if token is not None:
         token.raise_if_cancelled()
-    if progress is not None:
-        progress(0, total)
-        if done:
-            progress(done, total)
+    counter.begin()
     todo = [index for index, r in enumerate(results) if r is None]
     if isinstance(executor, BoundedProcessPool):
         executor.reserve(len(todo))
@@ -403,14 +389,72 @@ def run_operation(
                 token.raise_if_cancelled()
             results[index] = run_task(tasks[index])
             folder.advance()
-            if weights[index]:
-                done += weights[index]
-                if progress is not None:
-                    progress(done, total)
-        if token is not None:
-            token.raise_if_cancelled()
-        return folder.result()
+            counter.finished(index)
+    else:
+        _run_on_executor(executor, tasks, run_task, todo, folder, counter, token, max_in_flight)
+    if token is not None:
+        token.raise_if_cancelled()
+    return folder.result()
 
+
+def _check_run_arguments(
+    tasks: Sequence[Any], start: object, known: object, max_in_flight: int
+) -> None:
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if known is not None and start is None:
+        raise ValueError(
+            "run_operation(known=...) needs start=, so that known partials stay intact"
+        )
+    if not tasks and start is None:
+        raise ValueError("run_operation() got no tasks and no start= to build an empty result")
+
+
+class _Progress:
+    """``progress(done, total)`` of one operation, in units of task weight."""
+
+    __slots__ = ("_callback", "_weights", "done", "total")
+
+    def __init__(
+        self,
+        callback: ProgressCallback | None,
+        weights: list[int],
+        results: Sequence[object | None],
+    ) -> None:
+        self._callback = callback
+        self._weights = weights
+        self.total = sum(weights)
+        # Known partials count as done before any task runs.
+        self.done = sum(w for w, r in zip(weights, results, strict=True) if r is not None)
+
+    def begin(self) -> None:
+        """Report ``(0, total)``, then what the known partials already did."""
+        if self._callback is not None:
+            self._callback(0, self.total)
+            if self.done:
+                self._callback(self.done, self.total)
+
+    def finished(self, index: int) -> None:
+        """Task ``index`` finished: report it unless its weight is zero."""
+        step = self._weights[index]
+        if step:
+            self.done += step
+            if self._callback is not None:
+                self._callback(self.done, self.total)
+
+
+def _run_on_executor(
+    executor: concurrent.futures.Executor,
+    tasks: Sequence[T],
+    run_task: Callable[[T], P],
+    todo: list[int],
+    folder: _Fold[P],
+    counter: _Progress,
+    token: CancelToken | None,
+    max_in_flight: int,
+) -> None:
+    """Run the ``todo`` tasks on ``executor``, at most ``max_in_flight`` submitted and not
+    yet folded, folding each partial as soon as every earlier one is there."""
     pending: dict[concurrent.futures.Future[P], int] = {}
     next_submit = 0
     try:
@@ -429,18 +473,13 @@ def run_operation(
             )
             for future in finished:
                 index = pending.pop(future)
-                results[index] = future.result()
-                folder.arrived(index)
-                if weights[index]:
-                    done += weights[index]
-                    if progress is not None:
-                        progress(done, total)
+                folder.arrived(index, future.result())
+                counter.finished(index)
             folder.advance()
         if token is not None:
             token.raise_if_cancelled()
     finally:
         _drain(pending)
-    return folder.result()
 
 
 def _drain(pending: dict[concurrent.futures.Future[Any], int]) -> None:
@@ -462,8 +501,9 @@ class _Fold(Generic[P]):
         self._held: set[int] = set()
         self.advance()
 
-    def arrived(self, index: int) -> None:
+    def arrived(self, index: int, partial: P) -> None:
         """An executor's partial arrived (it counts as in flight until it is merged)."""
+        self._results[index] = partial
         self._held.add(index)
 
     def held(self) -> int:

@@ -21,6 +21,7 @@ from vinlens.model_inspection import (
     capture_model,
     summarize_tensor,
 )
+from vinlens.model_inspection.summary import _blocks
 
 INF = math.inf
 
@@ -111,7 +112,7 @@ def test_summary_equals_torch_reductions_on_the_whole_tensor(case: str) -> None:
 def test_blockwise_path_agrees_when_blocks_are_small(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(summary_module, "BLOCK_ELEMENTS", 7)
+    monkeypatch.setattr(_blocks, "BLOCK_ELEMENTS", 7)
     tensor = CASES[case]()
     assert_summary_close(summarize_tensor(tensor), reference(tensor))
 
@@ -148,7 +149,7 @@ class Allocations(TorchDispatchMode):  # type: ignore[no-untyped-call]
 @pytest.mark.parametrize("case", ["permuted-sliced", "contiguous", "expanded", "float16"])
 def test_no_copy_of_the_tensor_is_made(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     tensor = CASES[case]()
-    monkeypatch.setattr(summary_module, "BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(_blocks, "BLOCK_ELEMENTS", 64)
     mode = Allocations()
     with mode:
         summarize_tensor(tensor)

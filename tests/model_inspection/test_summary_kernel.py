@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from vinlens.model_inspection import summarize_tensor
-from vinlens.model_inspection import summary as summary_module
+from vinlens.model_inspection.summary import _blocks, _cpu
 
 pytest.importorskip("numba")
 
@@ -45,15 +45,15 @@ class Spy:
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
-    kernel = summary_module._moments_kernel()
+    kernel = _cpu._moments_kernel()
     assert kernel is not None, "numba is installed: the compiled kernel must load"
     watched = Spy(kernel)
-    monkeypatch.setattr(summary_module, "_moments_kernel", lambda: watched)
+    monkeypatch.setattr(_cpu, "_moments_kernel", lambda: watched)
     return watched
 
 
 def torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(summary_module, "_moments_kernel", lambda: None)
+    monkeypatch.setattr(_cpu, "_moments_kernel", lambda: None)
 
 
 def exact(tensor: torch.Tensor) -> tuple[int, float, float, float, int]:
@@ -105,9 +105,9 @@ def test_both_paths_agree_within_the_documented_bound(
 ) -> None:
     tensor = DENSE[case]()
     base = tensor.detach()
-    compiled = summary_module._cpu_moments(base)
+    compiled = _cpu.cpu_moments(base)
     torch_path(monkeypatch)
-    fallback = summary_module._cpu_moments(base)
+    fallback = _cpu.cpu_moments(base)
     assert compiled is not None and fallback is not None
     n, low, high, abs_sum, zeros = exact(tensor)
     # Extremes and zeros are exact on both paths.
@@ -123,7 +123,7 @@ def test_both_paths_agree_within_the_documented_bound(
 def test_a_large_tensor_is_read_one_block_at_a_time(
     spy: Spy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(summary_module, "BLOCK_ELEMENTS", 1000)
+    monkeypatch.setattr(_blocks, "BLOCK_ELEMENTS", 1000)
     tensor = torch.randn(2, 1250) + 0.5
     summary = summarize_tensor(tensor)
     assert spy.calls == [1000, 1000, 500]
@@ -147,7 +147,7 @@ def test_zeros_of_both_signs_are_counted(dtype: torch.dtype, spy: Spy) -> None:
 def test_a_channels_last_tensor_is_read_in_memory_order_without_a_copy() -> None:
     tensor = torch.randn(2, 6, 5, 7).contiguous(memory_format=torch.channels_last)
     assert not tensor.is_contiguous()
-    flat = summary_module._memory_order(tensor)
+    flat = _cpu._memory_order(tensor)
     assert flat is not None and flat.numel() == tensor.numel()
     assert flat.numpy().ctypes.data == tensor.data_ptr()
     assert sorted(flat.tolist()) == sorted(tensor.reshape(-1).tolist())
@@ -158,7 +158,7 @@ def test_an_unaligned_storage_keeps_the_torch_path(spy: Spy) -> None:
     tensor = torch.frombuffer(bytearray(4 * 64 + 1), dtype=torch.float32, offset=1)
     tensor.copy_(torch.randn(64))
     assert tensor.data_ptr() % 4 != 0
-    assert summary_module._memory_order(tensor) is None
+    assert _cpu._memory_order(tensor) is None
     summary = summarize_tensor(tensor)
     assert spy.calls == []
     assert summary.mean == pytest.approx(float(tensor.double().mean()), rel=1e-12)
@@ -179,7 +179,7 @@ class _Marked(torch.Tensor):
 @pytest.mark.parametrize("case", sorted(THE_TORCH_PATH))
 def test_tensors_numpy_cannot_read_densely_keep_the_torch_path(case: str, spy: Spy) -> None:
     tensor = THE_TORCH_PATH[case]()
-    assert summary_module._memory_order(tensor.detach()) is None
+    assert _cpu._memory_order(tensor.detach()) is None
     summary = summarize_tensor(tensor)
     assert spy.calls == []
     wide = torch.as_tensor(tensor.detach().resolve_neg(), dtype=torch.float64).clone()
@@ -206,18 +206,18 @@ def test_nonfinite_values_and_overflowing_sums_go_blockwise(
 
 def test_without_numba_the_torch_path_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     # The loader as a process without numba runs it: the kernel module cannot be imported.
-    monkeypatch.setitem(sys.modules, "vinlens.model_inspection._summary_kernel", None)
-    monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNELS", None)
-    assert summary_module._moments_kernel() is None
+    monkeypatch.setitem(sys.modules, "vinlens.model_inspection.summary._kernel", None)
+    monkeypatch.setattr(_cpu, "_KERNEL_LOADED", False)
+    monkeypatch.setattr(_cpu, "_KERNELS", None)
+    assert _cpu._moments_kernel() is None
     sums: list[int] = []
-    block_sums = summary_module._block_sums
+    block_sums = _cpu._block_sums
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         sums.append(1)
         return block_sums(*args, **kwargs)
 
-    monkeypatch.setattr(summary_module, "_block_sums", counted)
+    monkeypatch.setattr(_cpu, "_block_sums", counted)
     tensor = torch.relu(torch.randn(64, 33))
     summary = summarize_tensor(tensor)
     assert sums == [1]
@@ -232,21 +232,21 @@ def test_a_kernel_that_fails_to_load_warns_and_keeps_the_torch_path(
     def fail(name: str) -> Any:
         raise RuntimeError("no locator available for the cache")
 
-    monkeypatch.setattr(summary_module.importlib, "import_module", fail)
-    monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNELS", None)
+    monkeypatch.setattr(_cpu.importlib, "import_module", fail)
+    monkeypatch.setattr(_cpu, "_KERNEL_LOADED", False)
+    monkeypatch.setattr(_cpu, "_KERNELS", None)
     with pytest.warns(RuntimeWarning, match="no locator available"):
-        assert summary_module._moments_kernel() is None
+        assert _cpu._moments_kernel() is None
     tensor = torch.randn(100)
     assert summarize_tensor(tensor).mean == pytest.approx(float(tensor.double().mean()))
 
 
 def test_the_path_is_decided_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel = summary_module._moments_kernel()
+    kernel = _cpu._moments_kernel()
     assert kernel is not None
     # Loaded once: later calls neither import again nor change their answer.
-    monkeypatch.setitem(sys.modules, "vinlens.model_inspection._summary_kernel", None)
-    assert summary_module._moments_kernel() is kernel
+    monkeypatch.setitem(sys.modules, "vinlens.model_inspection.summary._kernel", None)
+    assert _cpu._moments_kernel() is kernel
     tensor = torch.randn(8, 3000) * 2 + 1
     assert summarize_tensor(tensor) == summarize_tensor(tensor)
 
@@ -255,7 +255,7 @@ def test_threads_summarizing_first_together_load_the_kernel_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     imported: list[str] = []
-    real = summary_module.importlib.import_module
+    real = _cpu.importlib.import_module
     release = threading.Event()
 
     def slow(name: str) -> Any:
@@ -263,13 +263,12 @@ def test_threads_summarizing_first_together_load_the_kernel_once(
         release.wait(timeout=30)  # the second thread arrives while this one loads
         return real(name)
 
-    monkeypatch.setattr(summary_module.importlib, "import_module", slow)
-    monkeypatch.setattr(summary_module, "_KERNEL_LOADED", False)
-    monkeypatch.setattr(summary_module, "_KERNELS", None)
+    monkeypatch.setattr(_cpu.importlib, "import_module", slow)
+    monkeypatch.setattr(_cpu, "_KERNEL_LOADED", False)
+    monkeypatch.setattr(_cpu, "_KERNELS", None)
     got: list[object] = []
     threads = [
-        threading.Thread(target=lambda: got.append(summary_module._moments_kernel()))
-        for _ in range(2)
+        threading.Thread(target=lambda: got.append(_cpu._moments_kernel())) for _ in range(2)
     ]
     for thread in threads:
         thread.start()

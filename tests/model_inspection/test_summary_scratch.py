@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vinlens.model_inspection import summarize_tensor
-from vinlens.model_inspection import summary as summary_module
+from vinlens.model_inspection.summary import _blocks, _cpu
 
 
 class Allocated(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -34,7 +34,7 @@ class Allocated(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 @pytest.fixture(autouse=True)
 def torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(summary_module, "_moments_kernel", lambda: None)
+    monkeypatch.setattr(_cpu, "_moments_kernel", lambda: None)
 
 
 def test_a_second_summary_reuses_the_float64_buffer() -> None:
@@ -55,7 +55,7 @@ def test_threads_have_their_own_buffers() -> None:
 
     def work(name: str) -> None:
         summarize_tensor(torch.randn(5000))
-        buffers[name] = summary_module._SCRATCH.buffer
+        buffers[name] = _cpu._SCRATCH.buffer
 
     threads = [threading.Thread(target=work, args=(str(i),)) for i in range(2)]
     for thread in threads:
@@ -63,4 +63,4 @@ def test_threads_have_their_own_buffers() -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert buffers["0"].data_ptr() != buffers["1"].data_ptr()
-    assert all(b.numel() <= summary_module.BLOCK_ELEMENTS for b in buffers.values())
+    assert all(b.numel() <= _blocks.BLOCK_ELEMENTS for b in buffers.values())

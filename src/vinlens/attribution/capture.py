@@ -34,6 +34,11 @@ TensorModuleOutput: TypeAlias = torch.Tensor | tuple[torch.Tensor | None, ...]
 class CameraHook:
     """Base of the per-camera forward hooks: call counting, output and camera selection.
 
+    :meth:`forward_hook` counts every call of the layer and hands the calls of this
+    camera to :meth:`keep`; a subclass says what it keeps by overriding :meth:`keep`
+    (this class keeps the camera's activation, detached, of the last such call). A hook
+    that changes the output instead calls :meth:`_camera_output` itself.
+
     Also decides once, at the first matching call, how the layer output is read as
     ``[B, C, H, W]`` (:func:`~vinlens.attribution.layout.spatial_reader`); a layout
     that cannot be decided is kept and raised when a map needs it, so capturing alone
@@ -49,6 +54,18 @@ class CameraHook:
         self.hooks: HookSet | None = None
         self.reader: SpatialReader | None = None
         self.layout_error: LayerLayoutError | None = None
+        self.activation: torch.Tensor | None = None
+
+    def forward_hook(
+        self,
+        module: torch.nn.Module,
+        module_input: tuple[torch.Tensor, ...],
+        module_output: TensorModuleOutput,
+    ) -> None:
+        """The forward hook to register on the target layer (``module_input`` is unused)."""
+        selected = self._camera_output(module, module_output)
+        if selected is not None:
+            self.keep(*selected)
 
     def _camera_output(
         self, module: torch.nn.Module, module_output: TensorModuleOutput
@@ -74,6 +91,21 @@ class CameraHook:
                 self.layout_error = exc
         return output, select_camera_tensor(tensor=output, target=self.target)
 
+    def keep(self, layer_output: torch.Tensor, camera_output: torch.Tensor) -> None:
+        """Keep what this hook needs of one call of its camera: the whole layer output
+        (graph-attached) and the camera's slice of it."""
+        self.activation = camera_output.detach()
+
+    def require_activation(self) -> torch.Tensor:
+        """The captured camera activation (detached) of the most recent forward pass.
+
+        Raises:
+            RuntimeError: If the forward hook did not run for this camera.
+        """
+        if self.activation is None:
+            raise RuntimeError("Target activation was not captured.")
+        return self.activation
+
     def require_reader(self) -> SpatialReader:
         """How the captured output is read as ``[B, C, H, W]``.
 
@@ -89,40 +121,20 @@ class CameraHook:
 
 
 class GradientCapture(CameraHook):
-    """Capture activation and gradient for one camera target."""
+    """Keeps one camera's activation and, through a tensor hook on it, its gradient."""
 
     def __init__(self, target: CameraExplanationTarget) -> None:
-        """Initialize the capture state.
-
-        Args:
-            target: Concrete camera target whose activation should be captured.
-        """
         super().__init__(target)
-        self.activation: torch.Tensor | None = None
         self.gradient: torch.Tensor | None = None
 
-    def forward_hook(
-        self,
-        module: torch.nn.Module,
-        module_input: tuple[torch.Tensor, ...],
-        module_output: TensorModuleOutput,
-    ) -> None:
-        """Capture the selected camera activation and attach a gradient hook.
-
-        Args:
-            module: Module that produced the activation.
-            module_input: Positional module inputs from PyTorch's hook API.
-            module_output: Module output to capture.
+    def keep(self, layer_output: torch.Tensor, camera_output: torch.Tensor) -> None:
+        """Keep the activation and hook the layer output for its gradient.
 
         Raises:
-            RuntimeError: If the selected activation does not require gradients,
-                or if the layer already produced a captured activation in this
-                forward pass, which would pair the last activation with the
-                gradient of an earlier one.
+            RuntimeError: If the activation does not require gradients, or if the layer
+                already produced an activation for this camera in this forward pass,
+                which would pair the last activation with the gradient of an earlier one.
         """
-        selected = self._camera_output(module, module_output)
-        if selected is None:
-            return
         if self.activation is not None:
             raise RuntimeError(
                 f"Target layer was invoked more than once for camera "
@@ -131,38 +143,26 @@ class GradientCapture(CameraHook):
                 "pairing would be ambiguous. Use a per-camera capture mode or "
                 "a more specific target layer."
             )
-        activation, camera_activation = selected
-        if not activation.requires_grad:
+        if not layer_output.requires_grad:
             raise RuntimeError("Target activation does not require gradients.")
-        self.activation = camera_activation.detach()
-        (self.hooks if self.hooks is not None else HookSet()).tensor(activation, self.gradient_hook)
+        super().keep(layer_output, camera_output)
+        hooks = self.hooks if self.hooks is not None else HookSet()
+        hooks.tensor(layer_output, self.gradient_hook)
 
     def gradient_hook(self, gradient: torch.Tensor) -> None:
-        """Record the gradient of the selected activation.
-
-        Args:
-            gradient: Gradient tensor produced for the captured activation.
-        """
-        self.gradient = select_camera_tensor(
-            tensor=gradient,
-            target=self.target,
-        ).detach()
+        """Record the camera's slice of the layer output's gradient, detached."""
+        self.gradient = select_camera_tensor(tensor=gradient, target=self.target).detach()
 
     def require_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return captured activation and gradient tensors.
-
-        Returns:
-            Tuple of ``(activation, gradient)`` from the most recent forward and
-            backward pass.
+        """``(activation, gradient)`` from the most recent forward and backward pass.
 
         Raises:
             RuntimeError: If either hook did not run.
         """
-        if self.activation is None:
-            raise RuntimeError("Target activation was not captured.")
+        activation = self.require_activation()
         if self.gradient is None:
             raise RuntimeError("Target gradient was not captured.")
-        return self.activation, self.gradient
+        return activation, self.gradient
 
     def require_nchw_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`require_tensors` read as ``[B, C, H, W]`` by the layer's layout."""
@@ -172,46 +172,7 @@ class GradientCapture(CameraHook):
 
 
 class ActivationCapture(CameraHook):
-    """Capture activation for one perturbation target."""
-
-    def __init__(self, target: CameraExplanationTarget) -> None:
-        """Initialize the capture state.
-
-        Args:
-            target: Concrete camera target whose activation should be captured.
-        """
-        super().__init__(target)
-        self.activation: torch.Tensor | None = None
-
-    def forward_hook(
-        self,
-        module: torch.nn.Module,
-        module_input: tuple[torch.Tensor, ...],
-        module_output: TensorModuleOutput,
-    ) -> None:
-        """Capture the selected camera activation.
-
-        Args:
-            module: Module that produced the activation.
-            module_input: Positional module inputs from PyTorch's hook API.
-            module_output: Module output to capture.
-        """
-        selected = self._camera_output(module, module_output)
-        if selected is not None:
-            self.activation = selected[1].detach()
-
-    def require_activation(self) -> torch.Tensor:
-        """Return the captured activation tensor.
-
-        Returns:
-            Activation from the most recent forward pass.
-
-        Raises:
-            RuntimeError: If the forward hook did not run.
-        """
-        if self.activation is None:
-            raise RuntimeError("Target activation was not captured.")
-        return self.activation
+    """Keeps one camera's activation (of the last matching call) without gradients."""
 
 
 def _layer_output(
@@ -232,9 +193,9 @@ def _layer_output(
             f"Target layer {module_path!r} returned {type(value).__name__}; attribution needs "
             "a tensor or a tuple of tensors."
         )
-    # select_tensor_output passes a single tensor through whatever the index (its seed
-    # contract); here an index the output cannot have is refused, so a caller who asked
-    # for output 3 is not silently shown output 0.
+    # select_tensor_output, public, passes a single tensor through whatever the index;
+    # here an index the output cannot have is refused, so a caller who asked for output 3
+    # is not silently shown output 0.
     if isinstance(value, torch.Tensor) and output_index not in (None, 0, -1):
         raise ValueError(
             f"Target layer {module_path!r} returned a single tensor of shape "

@@ -10,7 +10,9 @@ Three entry points share one shape (:func:`vinlens.operations.run_operation`):
 **The fold.** Every batch becomes one partial (a :class:`DatasetAccumulator` holding the
 batch's map statistics and reliance); partials are merged in batch order, and a merge
 renumbers the later partial's sample ids after the earlier ones. The result depends only
-on the batches and their order, not on where they ran.
+on the batches and their order, not on where they ran. The running (tasks, shards, the
+shared argument checks) is in :mod:`vinlens.attribution._fold`, the mean image in
+:mod:`vinlens.attribution.mean_image`.
 
 **Where it runs.** ``batches`` is either
 
@@ -35,44 +37,36 @@ is ``0`` when the iterable has no length) and shards for a ``ShardedBatches``; w
 from __future__ import annotations
 
 import concurrent.futures
-import inspect
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-import torch
-from torch import nn
-
-from vinlens.attribution.batches import (
-    BatchImages,
-    BatchLabels,
+from vinlens.attribution._fold import (
+    Forward,
+    ModelSource,
+    as_shards,
+    check_count,
+    fold,
+    length_of,
+    model_check,
+    progress_of,
 )
+from vinlens.attribution.batches import BatchImages, BatchLabels
 from vinlens.attribution.explain import OutputScore
 from vinlens.attribution.maps import AttributionAggregate
+from vinlens.attribution.mean_image import baseline_label, camera_image_means, resolve_baseline
 from vinlens.attribution.partials import (
     DatasetAccumulator,
     DatasetExplanation,
     KeptSample,
-    _explain_batch,
-    _MeanAccumulator,
     _Request,
     check_percentiles,
 )
-from vinlens.attribution.reliance import (
-    RELIANCE_BASELINES,
-    Baseline,
-    RelianceSummary,
-)
+from vinlens.attribution.reliance import Baseline, RelianceSummary
 from vinlens.attribution.targets import CameraExplanationTarget
-from vinlens.operations import (
-    CancelToken,
-    ProgressCallback,
-    as_cancel_token,
-    check_executor,
-    run_operation,
-)
-from vinlens.workers import ModelRecipe, ShardedBatches, as_sharded_batches, models_released
+from vinlens.operations import CancelToken, ProgressCallback, as_cancel_token, check_executor
+from vinlens.workers import ShardedBatches
 
 __all__ = [
     "DatasetAccumulator",
@@ -83,257 +77,6 @@ __all__ = [
     "camera_reliance_over",
     "explain_dataset",
 ]
-
-Forward = Callable[[dict[str, torch.Tensor]], Any]
-ModelSource = nn.Module | ModelRecipe
-
-
-# -- running ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class _ShardTask:
-    """One shard of a :class:`ShardedBatches`: everything a worker needs, by value."""
-
-    model: ModelSource
-    source: ShardedBatches
-    shard: int
-    request: _Request
-
-
-def _worker_model(model: ModelSource) -> nn.Module:
-    return model.model() if isinstance(model, ModelRecipe) else model
-
-
-def _run_shard(task: _ShardTask) -> DatasetAccumulator:
-    model = _worker_model(task.model)
-    result = DatasetAccumulator(task.request)
-    for batch in task.source.batches(task.shard):
-        result.add(_explain_batch(model, batch, task.request))
-    return result.flush()  # sent back folded: no buffered records cross to the caller
-
-
-@dataclass(eq=False)
-class _StreamTask:
-    """A whole iterable read here, one batch at a time, with per-batch progress and cancel."""
-
-    model: nn.Module
-    batches: Iterable[Any]
-    request: _Request
-    total: int
-    progress: ProgressCallback | None
-    cancel: CancelToken | None
-    done_before: int = 0
-    limit: int | None = None
-
-
-def _run_stream(task: _StreamTask) -> DatasetAccumulator:
-    result = DatasetAccumulator(task.request)
-    for done, batch in enumerate(_limited(task.batches, task.limit, task.cancel), start=1):
-        result.add(_explain_batch(task.model, batch, task.request))
-        if task.progress is not None:
-            task.progress(task.done_before + done, task.total)
-    return result.flush()
-
-
-def _limited(
-    batches: Iterable[Any], limit: int | None, cancel: CancelToken | None
-) -> Iterator[Any]:
-    """The batches, at most ``limit``, looking at ``cancel`` before reading each one."""
-    iterator = iter(batches)
-    count = 0
-    while limit is None or count < limit:
-        if cancel is not None:
-            cancel.raise_if_cancelled()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        count += 1
-        yield batch
-
-
-def _progress_of(progress: Callable[..., None] | None) -> ProgressCallback | None:
-    """``progress(done, total)``; a one-argument callable (the earlier form) gets ``done``."""
-    if progress is None:
-        return None
-    if not callable(progress):
-        raise TypeError(f"progress must be callable as progress(done, total), got {progress!r}.")
-    try:
-        parameters = inspect.signature(progress).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: assume the new form
-        return progress
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    ]
-    varargs = any(p.kind is p.VAR_POSITIONAL for p in parameters)
-    if len(positional) == 1 and not varargs:
-        single = progress
-
-        def done_only(done: int, total: int) -> None:
-            single(done)
-
-        return done_only
-    return progress
-
-
-def _length(batches: Any) -> int | None:
-    try:
-        return len(batches)
-    except TypeError:  # a generator, an IterableDataset loader
-        return None
-
-
-def _check_count(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _is_one_shot(batches: Iterable[Any]) -> bool:
-    return isinstance(batches, Iterator)
-
-
-def _is_shuffled(batches: Any) -> bool:
-    sampler = getattr(batches, "sampler", None)
-    return isinstance(sampler, torch.utils.data.RandomSampler)
-
-
-def _fold(
-    model: ModelSource,
-    batches: Iterable[Any] | ShardedBatches,
-    request: _Request,
-    *,
-    executor: concurrent.futures.Executor | None,
-    progress: ProgressCallback | None,
-    cancel: CancelToken | None,
-    max_batches: int | None = None,
-    done_before: int = 0,
-    total: int | None = None,
-) -> DatasetAccumulator:
-    """Fold every batch of ``batches`` with ``request`` on the one operation shape."""
-    if executor is not None or isinstance(batches, ShardedBatches):
-        sharded = _as_shards(batches, executor)
-        if executor is not None and not isinstance(model, ModelRecipe):
-            raise TypeError(
-                "executor= runs each shard on a worker, which builds its own model: pass "
-                "model=vinlens.workers.ModelRecipe(factory, kwargs, state_dict) (e.g. "
-                f"ModelRecipe.from_model(model, factory)), not a live {type(model).__name__}."
-            )
-        if max_batches is not None:
-            raise ValueError(
-                "max_batches applies to an iterable of batches; for ShardedBatches choose the "
-                "shards (ShardedBatches(load, count)) instead."
-            )
-        tasks = [
-            _ShardTask(model, sharded.for_shard(index), index, request)
-            for index in range(sharded.count)
-        ]
-        with models_released():  # an in-process run's recipe models do not outlive the call
-            return run_operation(
-                tasks,
-                _run_shard,
-                start=lambda: DatasetAccumulator(request),
-                executor=executor,
-                progress=progress,
-                cancel=cancel,
-            )
-    if isinstance(model, ModelRecipe):
-        model = model.build()  # streamed on this thread: not cached beyond the call
-    length = _length(batches)
-    if total is None:
-        total = length if max_batches is None or length is None else min(length, max_batches)
-        total = total if total is not None else 0
-    stream = _StreamTask(model, batches, request, total, progress, cancel, done_before, max_batches)
-    # One task: the iterable is read here in order; run_operation still owns the cancel
-    # check around it and the empty start.
-    return run_operation(
-        [stream], _run_stream, start=lambda: DatasetAccumulator(request), cancel=cancel
-    )
-
-
-def _as_shards(
-    batches: Iterable[Any] | ShardedBatches, executor: concurrent.futures.Executor | None
-) -> ShardedBatches:
-    if isinstance(batches, ShardedBatches):
-        return batches
-    if isinstance(batches, Sequence) and not isinstance(batches, str | bytes):
-        return as_sharded_batches(batches)
-    raise TypeError(
-        "executor= needs batches that can be split across workers: "
-        "vinlens.workers.ShardedBatches(load, count) or a list of batches, got "
-        f"{type(batches).__name__} (a loader or generator is read in one process only)."
-    )
-
-
-def _model_check(model: Any) -> ModelSource:
-    if not isinstance(model, nn.Module | ModelRecipe):
-        raise TypeError(
-            f"model must be a torch.nn.Module or a vinlens.workers.ModelRecipe, got "
-            f"{type(model).__name__}."
-        )
-    return model
-
-
-# -- the mean image -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class _MeanShard:
-    source: ShardedBatches
-    shard: int
-    batch_images: BatchImages | None
-
-
-def _run_mean_shard(task: _MeanShard) -> _MeanAccumulator:
-    result = _MeanAccumulator(task.batch_images)
-    for batch in task.source.batches(task.shard):
-        result.merge(_MeanAccumulator(task.batch_images).update(batch))
-    return result
-
-
-def camera_image_means(
-    batches: Iterable[Any] | ShardedBatches,
-    *,
-    batch_images: BatchImages | None = None,
-    executor: concurrent.futures.Executor | None = None,
-    progress: Callable[..., None] | None = None,
-    cancel: CancelToken | threading.Event | None = None,
-    max_batches: int | None = None,
-) -> dict[str, torch.Tensor]:
-    """Per-camera mean image ``[C, H, W]`` (float64 sums, one pass, memory of one image each).
-
-    ``executor``, ``progress`` and ``cancel`` as in the module docstring; ``max_batches``
-    reads at most that many batches of an iterable.
-    """
-    token = as_cancel_token(cancel)
-    report = _progress_of(progress)
-    pool = check_executor(executor)
-    if pool is not None or isinstance(batches, ShardedBatches):
-        sharded = _as_shards(batches, pool)
-        tasks = [_MeanShard(sharded.for_shard(i), i, batch_images) for i in range(sharded.count)]
-        folded = run_operation(
-            tasks,
-            _run_mean_shard,
-            start=lambda: _MeanAccumulator(batch_images),
-            executor=pool,
-            progress=report,
-            cancel=token,
-        )
-        return folded.finish()
-    result = _MeanAccumulator(batch_images)
-    length = _length(batches)
-    total = length if max_batches is None or length is None else min(length, max_batches)
-    for done, batch in enumerate(_limited(batches, max_batches, token), start=1):
-        result.merge(_MeanAccumulator(batch_images).update(batch))
-        if report is not None:
-            report(done, total or 0)
-    return result.finish()
-
-
-# -- entry points ---------------------------------------------------------------------------
 
 
 def aggregate_attributions(
@@ -398,80 +141,16 @@ def aggregate_attributions(
         batch_labels=batch_labels,
         channel_batch_size=channel_batch_size,
     )
-    folded = _fold(
-        _model_check(model),
+    folded = fold(
+        model_check(model),
         batches,
         request,
         executor=check_executor(executor),
-        progress=_progress_of(progress),
+        progress=progress_of(progress),
         cancel=as_cancel_token(cancel),
     )
     assert folded.aggregate is not None
     return folded.aggregate.shifted(first_sample_id)
-
-
-def _resolve_baseline(
-    baseline: Baseline,
-    batches: Iterable[Any] | ShardedBatches,
-    *,
-    batch_images: BatchImages | None,
-    executor: concurrent.futures.Executor | None,
-    progress: ProgressCallback | None,
-    cancel: CancelToken | None,
-    max_batches: int | None,
-    total: int,
-) -> tuple[Baseline, Iterable[Any] | ShardedBatches]:
-    """The baseline to send to every batch, and the batches to explain after it.
-
-    ``"mean"`` reads the batches once for the mean image. A one-shot iterator cannot be
-    read twice: with ``max_batches`` its first batches are held (once) and both passes
-    read them, so the mean comes from the batches explained; without, it is refused
-    before a batch is read. A shuffled ``DataLoader`` would give other batches the
-    second time, so it is held the same way (or refused).
-    """
-    if isinstance(baseline, str) and baseline not in RELIANCE_BASELINES:
-        raise ValueError(
-            f"baseline={baseline!r} is not one of {list(RELIANCE_BASELINES)}, a mapping or a "
-            "callable."
-        )
-    if not (isinstance(baseline, str) and baseline == "mean"):
-        return baseline, batches
-    local = not isinstance(batches, ShardedBatches) and executor is None
-    if not isinstance(batches, ShardedBatches) and executor is None and max_batches is not None:
-        # The first max_batches batches are held once and read by both passes, so the mean
-        # comes from exactly the batches explained (whatever the loader gives next time).
-        held: list[Any] = []
-        for batch in _limited(batches, max_batches, cancel):
-            held.append(batch)
-            if progress is not None:
-                progress(len(held), total)
-        return camera_image_means(held, batch_images=batch_images, cancel=cancel), held
-    if (
-        not isinstance(batches, ShardedBatches)
-        and (_is_one_shot(batches) or _is_shuffled(batches))
-        and local
-    ):
-        what = "a one-shot iterator" if _is_one_shot(batches) else "a shuffled DataLoader"
-        raise ValueError(
-            f"baseline='mean' reads the batches twice (the mean image, then the maps), but "
-            f"they are {what}, which gives other batches (or none) the second time; pass "
-            "max_batches=n (those n batches are held and read twice), a list or an "
-            "unshuffled DataLoader, or a mapping from camera_image_means()."
-        )
-
-    def mean_progress(done: int, _total: int) -> None:
-        if progress is not None:
-            progress(done, total)
-
-    means = camera_image_means(
-        batches,
-        batch_images=batch_images,
-        executor=executor,
-        progress=mean_progress,
-        cancel=cancel,
-        max_batches=None if isinstance(batches, ShardedBatches) else max_batches,
-    )
-    return means, batches
 
 
 def camera_reliance_over(
@@ -498,8 +177,8 @@ def camera_reliance_over(
     """
     pool = check_executor(executor)
     token = as_cancel_token(cancel)
-    report = _progress_of(progress)
-    resolved, batches = _resolve_baseline(
+    report = progress_of(progress)
+    resolved, batches = resolve_baseline(
         baseline,
         batches,
         batch_images=batch_images,
@@ -514,22 +193,18 @@ def camera_reliance_over(
         reliance=True,
         score=score,
         baseline=resolved,
-        baseline_label=_baseline_label(baseline),
+        baseline_label=baseline_label(baseline),
         cameras=None if cameras is None else tuple(cameras),
         forward=forward,
         batch_images=batch_images,
         batch_labels=batch_labels,
     )
-    folded = _fold(
-        _model_check(model), batches, request, executor=pool, progress=report, cancel=token
+    folded = fold(
+        model_check(model), batches, request, executor=pool, progress=report, cancel=token
     )
     if folded.reliance is None:
         raise ValueError("camera_reliance_over: the batches are empty.")
     return folded.reliance
-
-
-def _baseline_label(baseline: Baseline) -> str:
-    return baseline if isinstance(baseline, str) else type(baseline).__name__
 
 
 def explain_dataset(
@@ -584,40 +259,7 @@ def explain_dataset(
         ValueError: On a bad count, percentile or baseline, or when there are no batches.
         vinlens.operations.OperationCancelled: When cancelled.
     """
-    pool = check_executor(executor)
-    token = as_cancel_token(cancel)
-    report = _progress_of(progress)
     checked = check_percentiles(percentiles)
-    keep = _check_count("keep_samples", keep_samples, minimum=0)
-    limit = None if max_batches is None else _check_count("max_batches", max_batches, minimum=1)
-    source = _model_check(model)
-    if isinstance(batches, Mapping) or not isinstance(batches, Iterable | ShardedBatches):
-        raise TypeError(
-            "batches must be a DataLoader, an iterable of batches or a ShardedBatches, got "
-            f"{type(batches).__name__}."
-        )
-    steps: int
-    if pool is not None or isinstance(batches, ShardedBatches):
-        steps = len(_as_shards(batches, pool))
-    else:
-        length = _length(batches)
-        steps = 0 if length is None else (length if limit is None else min(length, limit))
-        if steps == 0 and limit is not None and length is None:
-            steps = limit
-    passes = 2 if isinstance(baseline, str) and baseline == "mean" else 1
-    total = steps * passes
-    resolved, batches = _resolve_baseline(
-        baseline,
-        batches,
-        batch_images=batch_images,
-        executor=pool,
-        progress=report,
-        cancel=token,
-        max_batches=limit,
-        total=total,
-    )
-    if passes == 2 and pool is None and not isinstance(batches, ShardedBatches):
-        limit = None  # with a limit the held batches are exactly the ones to explain
     request = _Request(
         maps=True,
         reliance=True,
@@ -626,32 +268,106 @@ def explain_dataset(
         method=method,
         bins=bins,
         top_k=top_k,
-        baseline=resolved,
-        baseline_label=_baseline_label(baseline),
+        baseline=baseline,
+        baseline_label=baseline_label(baseline),
         cameras=None if cameras is None else tuple(cameras),
         forward=forward,
         batch_images=batch_images,
         batch_labels=batch_labels,
         channel_batch_size=channel_batch_size,
-        keep_samples=keep,
+        keep_samples=check_count("keep_samples", keep_samples, minimum=0),
     )
-    done_before = steps if passes == 2 else 0
+    folded = _fold_after_baseline(
+        model_check(model),
+        _checked_batches(batches),
+        request,
+        executor=check_executor(executor),
+        progress=progress_of(progress),
+        cancel=as_cancel_token(cancel),
+        limit=None if max_batches is None else check_count("max_batches", max_batches, minimum=1),
+    )
+    return folded.finish(checked)
 
-    def shard_progress(done: int, _total: int) -> None:
-        if report is not None:
-            report(done_before + done, total)
 
-    folded = _fold(
+def _checked_batches(batches: Any) -> Iterable[Any] | ShardedBatches:
+    if isinstance(batches, Mapping) or not isinstance(batches, Iterable | ShardedBatches):
+        raise TypeError(
+            "batches must be a DataLoader, an iterable of batches or a ShardedBatches, got "
+            f"{type(batches).__name__}."
+        )
+    return batches
+
+
+def _fold_after_baseline(
+    source: ModelSource,
+    batches: Iterable[Any] | ShardedBatches,
+    request: _Request,
+    *,
+    executor: concurrent.futures.Executor | None,
+    progress: ProgressCallback | None,
+    cancel: CancelToken | None,
+    limit: int | None,
+) -> DatasetAccumulator:
+    """Resolve ``request.baseline`` (a pass for the mean image first, where asked) and fold
+    the request over the batches; ``progress`` counts the steps of both passes.
+
+    Raises:
+        ValueError: When there are no batches.
+    """
+    passes = 2 if isinstance(request.baseline, str) and request.baseline == "mean" else 1
+    steps = _step_count(batches, executor, limit)
+    total = steps * passes
+    resolved, batches = resolve_baseline(
+        request.baseline,
+        batches,
+        batch_images=request.batch_images,
+        executor=executor,
+        progress=progress,
+        cancel=cancel,
+        max_batches=limit,
+        total=total,
+    )
+    local = executor is None and not isinstance(batches, ShardedBatches)
+    folded = fold(
         source,
         batches,
-        request,
-        executor=pool,
-        progress=shard_progress if report is not None else None,
-        cancel=token,
-        max_batches=limit if pool is None and not isinstance(batches, ShardedBatches) else None,
-        done_before=0,
+        replace(request, baseline=resolved),
+        executor=executor,
+        progress=_offset_progress(progress, steps if passes == 2 else 0, total),
+        cancel=cancel,
+        # After a mean pass over a limit, the held batches are exactly the ones to explain.
+        max_batches=limit if local and passes == 1 else None,
         total=total,
     )
     if folded.batches == 0:
         raise ValueError("the batches are empty; nothing to explain.")
-    return folded.finish(checked)
+    return folded
+
+
+def _step_count(
+    batches: Iterable[Any] | ShardedBatches,
+    executor: concurrent.futures.Executor | None,
+    limit: int | None,
+) -> int:
+    """Steps of one pass as progress counts them: shards, else batches of an iterable (the
+    limit where its length is unknown; 0 where neither is known)."""
+    if executor is not None or isinstance(batches, ShardedBatches):
+        return len(as_shards(batches, executor))
+    length = length_of(batches)
+    if length is None:
+        return 0 if limit is None else limit
+    return length if limit is None else min(length, limit)
+
+
+def _offset_progress(
+    progress: ProgressCallback | None, done_before: int, total: int
+) -> ProgressCallback | None:
+    """``progress`` for a pass that starts after ``done_before`` steps of ``total``."""
+    if progress is None:
+        return None
+    report = progress
+
+    def shifted(done: int, _total: int) -> None:
+        report(done_before + done, total)
+
+    return shifted

@@ -26,7 +26,7 @@ from vinlens.attribution.methods import (
     cam_from_channel_weights,
     gradient_captures,
 )
-from vinlens.attribution.registry import METHOD_REGISTRY
+from vinlens.attribution.registry import METHOD_REGISTRY, AttributionMethod
 from vinlens.attribution.targets import CameraExplanationTarget
 
 __all__ = [
@@ -267,6 +267,33 @@ def explain_cameras(
         RuntimeError: When a target layer never sees its camera or the score does not
             depend on it (see :mod:`vinlens.attribution.methods`).
     """
+    _check_call(score, targets, method)
+    targets = check_camera_targets(targets, images)
+    batched = camera_image_batches(images, device=_model_device(model))
+    output_score = _output_score(score)
+    run_forward = forward if forward is not None else model
+
+    def scored(images: dict[str, torch.Tensor]) -> torch.Tensor:
+        return output_score(run_forward(images))
+
+    entry = METHOD_REGISTRY[method]
+    if entry.kind == "ablation":
+        maps, scores = _ablation_maps(
+            model, targets, entry, batched, scored, channel_batch_size, progress
+        )
+    else:
+        captured, scores = gradient_captures(model, targets, lambda: scored(batched))
+        maps = [
+            cam_from_channel_weights(entry.channel_weights(activation, gradient), activation)
+            for activation, gradient in captured
+        ]
+        if progress is not None:
+            progress(len(targets), len(targets))
+    return _records(targets, maps, scores, batched, method)
+
+
+def _check_call(score: object, targets: object, method: str) -> None:
+    """Refuse swapped ``score``/``targets`` arguments and an unknown ``method``."""
     if isinstance(score, Sequence) or not isinstance(targets, Sequence):
         raise TypeError(
             "explain_cameras(model, images, score, targets): score must be a class index or "
@@ -278,45 +305,38 @@ def explain_cameras(
         raise ValueError(
             f"Unknown attribution method {method!r}; expected one of {ATTRIBUTION_METHODS}."
         )
-    targets = check_camera_targets(targets, images)
-    batched = camera_image_batches(images, device=_model_device(model))
-    output_score = _output_score(score)
-    run_forward = forward if forward is not None else model
 
-    def score_once() -> torch.Tensor:
-        return output_score(run_forward(batched))
 
-    maps: list[torch.Tensor]
-    entry = METHOD_REGISTRY[method]
-    if entry.kind == "ablation":
+def _ablation_maps(
+    model: nn.Module,
+    targets: Sequence[CameraExplanationTarget],
+    entry: AttributionMethod,
+    batched: dict[str, torch.Tensor],
+    scored: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    channel_batch_size: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """One Ablation-CAM map per target (one target at a time, ``progress`` after each) and
+    the unablated scores ``[B]``."""
 
-        def replicated_score(repeats: int) -> torch.Tensor:
-            tiled = {key: image.repeat(repeats, 1, 1, 1) for key, image in batched.items()}
-            return output_score(run_forward(tiled))
+    def replicated_score(repeats: int) -> torch.Tensor:
+        return scored({key: image.repeat(repeats, 1, 1, 1) for key, image in batched.items()})
 
-        maps = []
-        for done, target in enumerate(targets, start=1):
-            cam, scores = ablation_cam_with_scores(
-                model,
-                target,
-                score_once,
-                replicated_score=replicated_score,
-                channel_batch_size=channel_batch_size,
-                channel_weights=entry.channel_weights,
-            )
-            maps.append(cam)
-            if progress is not None:
-                progress(done, len(targets))
-    else:
-        captured, scores = gradient_captures(model, targets, score_once)
-        maps = [
-            cam_from_channel_weights(entry.channel_weights(activation, gradient), activation)
-            for activation, gradient in captured
-        ]
+    maps: list[torch.Tensor] = []
+    scores = torch.empty(0)  # replaced below: check_camera_targets refuses no targets
+    for done, target in enumerate(targets, start=1):
+        cam, scores = ablation_cam_with_scores(
+            model,
+            target,
+            lambda: scored(batched),
+            replicated_score=replicated_score,
+            channel_batch_size=channel_batch_size,
+            channel_weights=entry.channel_weights,
+        )
+        maps.append(cam)
         if progress is not None:
-            progress(len(targets), len(targets))
-
-    return _records(targets, maps, scores, batched, method)
+            progress(done, len(targets))
+    return maps, scores
 
 
 def _records(

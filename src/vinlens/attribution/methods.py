@@ -40,8 +40,6 @@ from vinlens.attribution.capture import (
     GradientCapture,
     TensorModuleOutput,
     replace_camera_tensor,
-    select_tensor_output,
-    should_capture_invocation,
 )
 from vinlens.attribution.layout import layout_is_known
 from vinlens.attribution.state import explanation_mode
@@ -105,16 +103,9 @@ class _GraphGradientCapture(GradientCapture):
         super().__init__(target)
         self.live_output: torch.Tensor | None = None
 
-    def forward_hook(
-        self,
-        module: nn.Module,
-        module_input: tuple[torch.Tensor, ...],
-        module_output: TensorModuleOutput,
-    ) -> None:
-        call_index = self.call_index
-        super().forward_hook(module, module_input, module_output)
-        if should_capture_invocation(call_index=call_index, target=self.target):
-            self.live_output = select_tensor_output(module_output, self.target.target.output_index)
+    def keep(self, layer_output: torch.Tensor, camera_output: torch.Tensor) -> None:
+        super().keep(layer_output, camera_output)
+        self.live_output = layer_output
 
 
 def _score_tensor(value: object, *, what: str = "score()") -> torch.Tensor:
@@ -170,7 +161,7 @@ def gradient_captures(
         ValueError: If a module path does not exist, the score has a bad shape, or a
             layer's layout is ambiguous or does not fit (:class:`LayerLayoutError`).
         RuntimeError: If a target layer never ran for its camera, the score does not
-            depend on a camera's activation, or the seed capture helpers reject the
+            depend on a camera's activation, or :class:`GradientCapture` rejects the
             routing (layer invoked twice, activation without gradients).
     """
     modules = [resolve_target_module(model, target.target) for target in targets]

@@ -182,13 +182,13 @@ class DatasetAccumulator:
         if explained.reliance is not None:
             found = explained.reliance
             self.reliance = (self.reliance or RelianceSummary(found.camera_keys)).update(found)
-        room = self.request.keep_samples - len(self.kept)
-        if room > 0:
+        free = self.request.keep_samples - len(self.kept)
+        if free > 0:
             self.kept = (
                 *self.kept,
                 *(
                     KeptSample(self.samples + i, _sample_label(self.batches, i), images)
-                    for i, images in enumerate(explained.kept[:room])
+                    for i, images in enumerate(explained.kept[:free])
                 ),
             )
         self.batches += 1
@@ -223,12 +223,12 @@ class DatasetAccumulator:
             self.reliance = (
                 other.reliance if self.reliance is None else self.reliance.merge(other.reliance)
             )
-        room = self.request.keep_samples - len(self.kept)
-        if room > 0 and other.kept:
+        free = self.request.keep_samples - len(self.kept)
+        if free > 0 and other.kept:
             moved = [
                 KeptSample(s.sample_id + offset, _sample_label(self.batches + b, i), s.images)
                 for s, (b, i) in zip(
-                    other.kept[:room], [_parse_label(k.label) for k in other.kept], strict=False
+                    other.kept[:free], [_parse_label(k.label) for k in other.kept], strict=False
                 )
             ]
             self.kept = (*self.kept, *moved)

@@ -275,8 +275,7 @@ def collect_activation_stats(
         Exception: whatever ``run`` or the iterator raises, after hooks are removed.
     """
     executor = check_executor(executor)
-    if run is None:
-        run = _default_run
+    run = _default_run if run is None else run
     check_callable(run, "takes the model and one batch and drives the forward")
     if isinstance(model, ModelRecipe):
         return _recipe_stats(model, batches, run, module_paths, executor, progress, cancel)
@@ -289,6 +288,19 @@ def collect_activation_stats(
         )
     if not isinstance(batches, (Iterable, ShardedBatches)):
         raise TypeError(f"batches must be an iterable of batches, got {type(batches).__qualname__}")
+    return _local_stats(model, batches, run, module_paths, progress, cancel)
+
+
+def _local_stats(
+    model: nn.Module,
+    batches: Iterable[_Batch] | ShardedBatches,
+    run: Callable[[nn.Module, _Batch], object],
+    module_paths: Sequence[str] | None,
+    progress: ProgressCallback | None,
+    cancel: CancelToken | threading.Event | None,
+) -> ActivationStats:
+    """:func:`collect_activation_stats` here, one shard at a time under one set of hooks
+    (a plain iterable is one batch a shard)."""
     targets = labelled_modules(model, module_paths)
     token = as_cancel_token(cancel)
     shards: Iterable[Iterable[Any]]

@@ -176,45 +176,14 @@ class AttributionViewerWidget(DatasetView):
         compute: bool = True,
         selection: ModuleSelection | None = None,
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if (score is None) == (target_class is None):
-            raise ValueError(
-                "give exactly one of score (a callable output -> score) and target_class "
-                f"(an int); got score={score!r}, target_class={target_class!r}."
-            )
-        if score is not None and not callable(score):
-            raise TypeError(f"score must be callable, got {type(score).__name__}.")
-        if target_class is not None:
-            try:
-                target_class = _check_class(target_class)
-            except CommandError as exc:
-                raise ValueError(str(exc)) from None
+        target_class = _check_model_and_score(model, score, target_class)
         self._model = model
         self._inputs = _model_inputs(images)
         keys = list(self._inputs)
         self._score = score
         self._forward = forward
         self._records: dict[str, CameraAttribution] = {}
-        self._python_targets: dict[str, CameraExplanationTarget] | None = None
-
-        mode = _check_choice("capture_mode", capture_mode, CAPTURE_MODES) if capture_mode else None
-        if targets is not None:
-            if layer is not None:
-                raise ValueError("give either targets or layer, not both.")
-            self._python_targets = targets_by_camera(targets, keys)
-            modes = {t.capture_mode for t in self._python_targets.values()}
-            mode = mode or (modes.pop() if len(modes) == 1 else None)
-        elif isinstance(layer, Mapping):
-            self._python_targets = {
-                t.camera_key: t
-                for t in camera_targets_for_layer(
-                    dict(layer), mode or VisionCaptureMode.DEDICATED_LAYER, keys
-                )
-            }
-            mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
-        mode = mode or VisionCaptureMode.DEDICATED_LAYER.value
-
+        self._python_targets, mode = _initial_targets(targets, layer, capture_mode, keys)
         self._layer_options: LayerOptions = layer_options(
             model, keys, images=self._inputs, forward=forward
         )
@@ -247,6 +216,14 @@ class AttributionViewerWidget(DatasetView):
                 self._targets_for(layer, mode)
             except CommandError as exc:
                 raise ValueError(str(exc)) from None
+        self._link_selection(selection)
+        if compute and (layer is not None or targets is not None):
+            reply = self.run_command("explain", {})
+            if reply["kind"] == "error":
+                raise RuntimeError(reply["message"])
+
+    def _link_selection(self, selection: ModuleSelection | None) -> None:
+        """Share the selected layer with other widgets through ``selection``."""
         self.selection = ModuleSelection() if selection is None else selection
         self._selection_link = SelectionLink(
             self.selection,
@@ -255,10 +232,6 @@ class AttributionViewerWidget(DatasetView):
             to_owner=self._layer_for_modules,
             from_owner=self._modules_for_layer,
         )
-        if compute and (layer is not None or targets is not None):
-            reply = self.run_command("explain", {})
-            if reply["kind"] == "error":
-                raise RuntimeError(reply["message"])
 
     @traitlets.validate("selected_layer")
     def _valid_selected_layer(self, proposal: Any) -> str:
@@ -541,3 +514,49 @@ def _check_opacity(value: float) -> float:
     if not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"opacity must be a number in [0, 1], got {value!r}.")
     return float(value)
+
+
+def _check_model_and_score(model: object, score: object, target_class: int | None) -> int | None:
+    """Refuse a model that is not a module and anything but exactly one of ``score`` (a
+    callable) and ``target_class`` (a class index); returns the checked class index."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    if (score is None) == (target_class is None):
+        raise ValueError(
+            "give exactly one of score (a callable output -> score) and target_class "
+            f"(an int); got score={score!r}, target_class={target_class!r}."
+        )
+    if score is not None and not callable(score):
+        raise TypeError(f"score must be callable, got {type(score).__name__}.")
+    if target_class is None:
+        return None
+    try:
+        return _check_class(target_class)
+    except CommandError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _initial_targets(
+    targets: Sequence[CameraExplanationTarget] | None,
+    layer: str | Mapping[str, str] | None,
+    capture_mode: VisionCaptureMode | str | None,
+    keys: list[str],
+) -> tuple[dict[str, CameraExplanationTarget] | None, str]:
+    """The targets given in Python (by ``targets`` or a per-camera ``layer`` mapping), or
+    None where the viewer resolves a layer name itself, and the capture mode to show."""
+    mode = _check_choice("capture_mode", capture_mode, CAPTURE_MODES) if capture_mode else None
+    if targets is not None:
+        if layer is not None:
+            raise ValueError("give either targets or layer, not both.")
+        by_camera = targets_by_camera(targets, keys)
+        modes = {t.capture_mode for t in by_camera.values()}
+        return by_camera, mode or (modes.pop() if len(modes) == 1 else None) or _DEDICATED
+    if isinstance(layer, Mapping):
+        chosen = camera_targets_for_layer(
+            dict(layer), mode or VisionCaptureMode.DEDICATED_LAYER, keys
+        )
+        return {t.camera_key: t for t in chosen}, mode or _DEDICATED
+    return None, mode or _DEDICATED
+
+
+_DEDICATED = VisionCaptureMode.DEDICATED_LAYER.value

@@ -2,7 +2,7 @@
 
 Importing this module imports numba and loads (or, the first time after an install,
 compiles and caches in ``__pycache__``) the machine code of :func:`moments` for both
-signatures; without numba the import raises ``ImportError``. :mod:`.summary` imports it
+signatures; without numba the import raises ``ImportError``. :mod:`._cpu` imports it
 lazily, once per process, on its first CPU summary.
 
 :func:`moments` reads every value of a 1-d C-contiguous float32 or float64 array once,
