@@ -117,7 +117,39 @@ def build_stats_record(
     extra = ([preview_problem] if preview_problem is not None else []) + shape_problems
     problems = integrity.finish(lambda shard_id: reader.access.describe(shard_dir(shard_id)), extra)
 
-    backbone = [
+    label_fields = partial.labels.finish()
+    if not labels:
+        label_fields["candidate_count"] = None
+        label_fields["rri"] = None
+    return VinOfflineDatasetStats(
+        store_dir=str(reader.store_dir),
+        version=manifest.version,
+        num_samples=len(samples),
+        sampled_samples=partial.rows_scanned,
+        split_counts=dict(sorted(Counter(row.split for row in samples).items())),
+        num_scenes=len({row.scene_id for row in samples}),
+        num_snippets=len({(row.scene_id, row.snippet_id) for row in samples}),
+        materialized_blocks=dict(manifest.materialized_blocks.model_dump()),
+        numeric_bytes=numeric_bytes,
+        block_shapes=block_shapes,
+        block_diagnostics=block_diagnostics,
+        sample_summaries=_sample_summaries(reader, partial, summary_rows, labels),
+        **label_fields,
+        **partial.vin_points.finish(),
+        **partial.poses.finish(),
+        memory_diagnostics=partial.memory.finish(),
+        backbone_diagnostics=_backbone_diagnostics(partial),
+        scene_labels_available=labels,
+        batch_shapes_available=batch_ok,
+        batch_shapes=shapes,
+        integrity_problems=problems,
+        max_samples=request.max_samples,
+        generation=request.generation.to_json_dict(),
+    )
+
+
+def _backbone_diagnostics(partial: StatsPartial) -> list[VinOfflineBackboneDiagnostic]:
+    return [
         VinOfflineBackboneDiagnostic(
             field=name,
             shape=shape,
@@ -135,9 +167,15 @@ def build_stats_record(
             partial.backbone.finish()
         )
     ]
+
+
+def _sample_summaries(
+    reader: VinOfflineStoreReader, partial: StatsPartial, summary_rows: list[int], labels: bool
+) -> list[VinOfflineSampleDiagnostic]:
+    """The per-row summaries of the sample indices ``summary_rows`` (label fields when ``labels``)."""
     summaries = []
     for si in summary_rows:
-        row = samples[si]
+        row = reader.samples[si]
         summaries.append(
             VinOfflineSampleDiagnostic(
                 sample_index=si,
@@ -152,35 +190,7 @@ def build_stats_record(
                 vin_points=partial.vin_points.row_points.get(si),
             )
         )
-    label_fields = partial.labels.finish()
-    if not labels:
-        label_fields["candidate_count"] = None
-        label_fields["rri"] = None
-    return VinOfflineDatasetStats(
-        store_dir=str(reader.store_dir),
-        version=manifest.version,
-        num_samples=len(samples),
-        sampled_samples=partial.rows_scanned,
-        split_counts=dict(sorted(Counter(row.split for row in samples).items())),
-        num_scenes=len({row.scene_id for row in samples}),
-        num_snippets=len({(row.scene_id, row.snippet_id) for row in samples}),
-        materialized_blocks=dict(manifest.materialized_blocks.model_dump()),
-        numeric_bytes=numeric_bytes,
-        block_shapes=block_shapes,
-        block_diagnostics=block_diagnostics,
-        sample_summaries=summaries,
-        **label_fields,
-        **partial.vin_points.finish(),
-        **partial.poses.finish(),
-        memory_diagnostics=partial.memory.finish(),
-        backbone_diagnostics=backbone,
-        scene_labels_available=labels,
-        batch_shapes_available=batch_ok,
-        batch_shapes=shapes,
-        integrity_problems=problems,
-        max_samples=request.max_samples,
-        generation=request.generation.to_json_dict(),
-    )
+    return summaries
 
 
 def _numel(shape: tuple[int, ...]) -> int:
