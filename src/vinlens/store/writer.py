@@ -39,7 +39,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from vinlens.store import _publish
+from vinlens.store._publish import check_target, fsync_tree, publish
 from vinlens.store.errors import (
     InvalidSampleError,
     StoreVerificationError,
@@ -178,7 +178,7 @@ class VinOfflineStoreWriter:
         self.chunk_bytes = chunk_bytes
         self.compressor = compressor
         self.fsync = fsync
-        _publish.check_target(self.store_dir, self.replace)
+        check_target(self.store_dir, self.replace)
         self.store_dir.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = (
             self.store_dir.parent
@@ -246,8 +246,8 @@ class VinOfflineStoreWriter:
             )
             self._verify()
             if self.fsync:
-                _publish.fsync_tree(self._tmp)
-            _publish.publish(self._tmp, self.store_dir, replace=self.replace, fsync=self.fsync)
+                fsync_tree(self._tmp)
+            publish(self._tmp, self.store_dir, replace=self.replace, fsync=self.fsync)
         except BaseException:
             self.abort()
             raise
