@@ -53,7 +53,10 @@ def _shard_partials(
     """Pickled per-shard partials (fresh copies per example), the request, the sequential record."""
     request = capture_vin_offline_dataset_stats_request(store, max_samples=max_samples)
     with VinOfflineStoreReader(store) as reader:
-        partials = [pickle.dumps(scan_shard(reader, plan)) for plan in stats_tasks.shard_plans(reader, max_samples)]
+        partials = [
+            pickle.dumps(scan_shard(reader, plan))
+            for plan in stats_tasks.shard_plans(reader, max_samples)
+        ]
     sequential = inspect_vin_offline_dataset_stats(request)
     return partials, request, sequential
 

@@ -1,6 +1,6 @@
 """``compare_vin_offline_stores``: both stores' tasks, partials and fold, and the record.
 
-Behind the :mod:`vinlens.store.compare` door (its docstring maps the room).
+Part of :mod:`vinlens.store.compare` (its docstring maps the package).
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ from vinlens.store.compare._scan import (
     run_compare_task,
     scan_task,
 )
-from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError, check_max_samples
-from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.diagnostics.records import check_max_samples
+from vinlens.store.errors import (
+    StoreReplacedError,
+    VinOfflineStoreError,
+    VinOfflineStoreReplacedError,
+)
 from vinlens.store.format import VinOfflineStoreConfig, shard_dir
 from vinlens.store.reader import (
     StoreGeneration,

@@ -32,9 +32,9 @@ import numpy as np
 
 from vinlens.store.compare._binning import FieldHistogram
 from vinlens.store.diagnostics.integrity import IntegrityStats
-from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
 from vinlens.store.diagnostics.shard_reads import ShardReads, selected_by_shard
+from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.format import BACKBONE_PREFIX, RRI_COMPONENT_PREFIX, VinOfflineStoreConfig
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader
 

@@ -123,8 +123,8 @@ class LabelStats:
     def update_unpaired(self, sample_keys: list[str]) -> None:
         """Labelled rows of a shard without ``candidate_ids``: listed, never paired."""
         self.unpaired_count += len(sample_keys)
-        room = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
-        self.unpaired_keys.extend(sample_keys[: max(room, 0)])
+        free = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
+        self.unpaired_keys.extend(sample_keys[: max(free, 0)])
 
     def update(self, window: LabelWindow) -> None:
         valid_rows = window.rows_with("candidate_valid")
@@ -207,8 +207,8 @@ class LabelStats:
         _merge_dict(self.component_pairs, other.component_pairs)
         self.row_counts.update(other.row_counts)
         self.row_rri.update(other.row_rri)
-        room = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
-        self.unpaired_keys.extend(other.unpaired_keys[: max(room, 0)])
+        free = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
+        self.unpaired_keys.extend(other.unpaired_keys[: max(free, 0)])
         self.unpaired_count += other.unpaired_count
         self.nonfinite.update(other.nonfinite)
         self.duplicate_ids.update(other.duplicate_ids)

@@ -26,7 +26,6 @@ from vinlens.store.diagnostics.executors import dask_executor
 from vinlens.store.diagnostics.records import (
     VinOfflineDatasetStats,
     VinOfflineDatasetStatsRequest,
-    VinOfflineStoreReplacedError,
     VinOfflineStoreSelection,
     check_max_samples,
 )
@@ -40,7 +39,11 @@ from vinlens.store.diagnostics.tasks import (
     shard_plans,
     shard_tasks,
 )
-from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.errors import (
+    StoreReplacedError,
+    VinOfflineStoreError,
+    VinOfflineStoreReplacedError,
+)
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import (
     StoreGeneration,

@@ -6,11 +6,9 @@ returns, so they agree on what is an error, a warning or a notice.
 
 from __future__ import annotations
 
-from vinlens.store.diagnostics.correlation import pearson_r
 from vinlens.store.diagnostics.records import VinOfflineDatasetStats
 
-# pearson_r lives in correlation; it stays importable from here as before.
-__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r", "scan_scope"]
+__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "scan_scope"]
 
 #: Severities, most severe first.
 PROBLEM_SEVERITIES = ("error", "warning", "notice")

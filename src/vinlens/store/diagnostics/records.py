@@ -9,7 +9,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.errors import StoreReplacedError
+# Re-exported: code written against this module imports the error from here.
+from vinlens.store.errors import VinOfflineStoreReplacedError as VinOfflineStoreReplacedError
 from vinlens.store.reader import StoreGeneration, StoreIntegrityProblem
 
 #: Most values kept per histogram series; beyond it a uniform deterministic subsample.
@@ -205,14 +206,6 @@ class VinOfflineDatasetStatsRequest:
     def digest(self) -> str:
         """Return the deterministic cache and retained-result identity."""
         return hashlib.sha256(self.canonical_json().encode("ascii")).hexdigest()
-
-
-class VinOfflineStoreReplacedError(StoreReplacedError):
-    """The store at the request's path is not the generation the request captured.
-
-    Raised when the store was replaced (or a top-level file changed) before the read
-    started or while it ran; the acquisition returns nothing.
-    """
 
 
 def check_max_samples(value: object) -> int | None:

@@ -21,11 +21,11 @@ from vinlens.store.diagnostics.accumulators import StatsPartial
 from vinlens.store.diagnostics.records import (
     MAX_SAMPLE_SUMMARIES,
     VinOfflineDatasetStatsRequest,
-    VinOfflineStoreReplacedError,
 )
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
 from vinlens.store.diagnostics.scan import ShardPlan, scan_shard
 from vinlens.store.diagnostics.shard_reads import row_bytes, selected_by_shard
+from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import (
     VinOfflineStoreReader,

@@ -163,7 +163,8 @@ def _decode_map(obj: Any) -> dict[str, Any]:
 # value ``{"dtype", "shape", "data"}`` in that order, shape of non-negative ints, bin data)
 # is decoded by walking its headers, with every array a zero-copy view into the batch's
 # buffer. Anything else (other layouts, other values, any doubt) returns ``None`` and is
-# decoded by msgpack as before, so both paths give the same records and the same errors.
+# decoded by the bounded msgpack Unpacker, so both paths give the same records and the
+# same errors.
 
 _NDARRAY_DTYPE_KEY = b"\x83\xa5dtype"
 _NDARRAY_SHAPE_KEY = b"\xa5shape"
