@@ -34,7 +34,8 @@ class VinOfflineCoverageSceneDiagnostic:
 class VinOfflineCoverageStats:
     """Raw-dataset coverage summary for one immutable VIN offline store.
 
-    The seed's fields come first, unchanged. Added at the end (with defaults):
+    The first fields keep the order positional construction relies on; these follow,
+    with defaults:
     ``tar_shards_found`` (tars under the raw directory before the ``max_tars`` cap),
     ``members_scanned`` (regular-file members read from the scanned headers),
     ``unparseable_members`` and ``unparseable_examples`` (``"<tar>: <member>"``, bounded),

@@ -36,7 +36,7 @@ POSE_DIAGNOSTICS = (
 
 
 # --------------------------------------------------------------------------------------
-# Records (the seed's classes, fields and defaults; additions at the end, with defaults)
+# Records (fields in the order positional construction relies on; later ones have defaults)
 # --------------------------------------------------------------------------------------
 
 
@@ -55,7 +55,8 @@ class VinOfflineBackboneDiagnostic:
     """Streaming numeric summary for one stored backbone field.
 
     ``mean``/``std``/``abs_mean``/``nz_frac`` are ``None`` when no finite value was seen.
-    Added after the seed's fields: ``minimum`` and ``maximum`` of the finite values (exact).
+    ``minimum`` and ``maximum`` of the finite values (exact) come last, after the fields
+    positional construction relies on.
     """
 
     field: str
@@ -119,11 +120,12 @@ class VinOfflineSampleDiagnostic:
 class VinOfflineDatasetStats:
     """Store-level diagnostics for an immutable VIN offline dataset.
 
-    Added after the seed's fields: ``integrity_problems`` (missing chunks, blocks that
-    disagree with the manifest, unreadable records, non-finite values where the spec
-    allows none, duplicate candidate ids), ``rri_pairing_unavailable_count`` (the full
-    count behind the bounded key list), ``max_samples`` (the request's budget) and
-    ``generation`` (the store generation the numbers were read from, JSON form).
+    After the fields positional construction relies on, with defaults:
+    ``integrity_problems`` (missing chunks, blocks that disagree with the manifest,
+    unreadable records, non-finite values where the spec allows none, duplicate candidate
+    ids), ``rri_pairing_unavailable_count`` (the full count behind the bounded key list),
+    ``max_samples`` (the request's budget) and ``generation`` (the store generation the
+    numbers were read from, JSON form).
     """
 
     store_dir: str
