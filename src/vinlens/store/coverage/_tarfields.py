@@ -41,6 +41,33 @@ def round_up(size: int) -> int:
     return (size + (BLOCK - 1)) & ~(BLOCK - 1)
 
 
+def parse_pax_records(data: bytes) -> dict[str, bytes]:
+    """The ``key=value`` records of a pax header payload; ``ValueError`` names a bad one."""
+    records: dict[str, bytes] = {}
+    pos = 0
+    end = len(data)
+    while pos < end:
+        space = data.find(b" ", pos, min(end, pos + 21))
+        if space < 0:
+            if not data[pos:].strip(b"\x00"):
+                break
+            raise ValueError(f"malformed pax record at payload byte {pos}")
+        length_text = data[pos:space]
+        if not length_text.isdigit() or int(length_text) <= space - pos + 1:
+            raise ValueError(f"invalid pax record length {length_text!r} at payload byte {pos}")
+        record_end = pos + int(length_text)
+        if record_end > end or data[record_end - 1] != 0x0A:
+            raise ValueError(
+                f"pax record at payload byte {pos} overruns its header or lacks a newline"
+            )
+        key, eq, value = data[space + 1 : record_end - 1].partition(b"=")
+        if not eq:
+            raise ValueError(f"pax record without '=' at payload byte {pos}")
+        records[decode(key)] = value
+        pos = record_end
+    return records
+
+
 def parse_number(field: bytes) -> int:
     """Decode a numeric header field like ``tarfile.nti``: octal text or GNU base-256."""
     if field and field[0] & 0x80:

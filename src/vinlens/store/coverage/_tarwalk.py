@@ -32,6 +32,7 @@ from vinlens.store.coverage._tarfields import (
     decode,
     header_checksums,
     parse_number,
+    parse_pax_records,
     round_up,
     size_fields,
 )
@@ -171,47 +172,12 @@ class HeaderScan:
         return data
 
     def _parse_pax(self, data: bytes, header_offset: int) -> dict[str, bytes]:
-        records: dict[str, bytes] = {}
-        pos = 0
-        end = len(data)
-        while pos < end:
-            space = data.find(b" ", pos, min(end, pos + 21))
-            if space < 0:
-                if not data[pos:].strip(b"\x00"):
-                    break
-                raise self._error_after_verifying(
-                    TarHeaderFormatError(
-                        self.path, header_offset, f"malformed pax record at payload byte {pos}"
-                    )
-                )
-            length_text = data[pos:space]
-            if not length_text.isdigit() or int(length_text) <= space - pos + 1:
-                raise self._error_after_verifying(
-                    TarHeaderFormatError(
-                        self.path,
-                        header_offset,
-                        f"invalid pax record length {length_text!r} at payload byte {pos}",
-                    )
-                )
-            record_end = pos + int(length_text)
-            if record_end > end or data[record_end - 1] != 0x0A:
-                raise self._error_after_verifying(
-                    TarHeaderFormatError(
-                        self.path,
-                        header_offset,
-                        f"pax record at payload byte {pos} overruns its header or lacks a newline",
-                    )
-                )
-            key, eq, value = data[space + 1 : record_end - 1].partition(b"=")
-            if not eq:
-                raise self._error_after_verifying(
-                    TarHeaderFormatError(
-                        self.path, header_offset, f"pax record without '=' at payload byte {pos}"
-                    )
-                )
-            records[decode(key)] = value
-            pos = record_end
-        return records
+        try:
+            return parse_pax_records(data)
+        except ValueError as exc:
+            raise self._error_after_verifying(
+                TarHeaderFormatError(self.path, header_offset, str(exc))
+            ) from None
 
     def _parse_pax_size(self, value: bytes, header_offset: int) -> int:
         if not value.isdigit():
