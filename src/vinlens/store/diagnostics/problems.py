@@ -6,9 +6,11 @@ returns, so they agree on what is an error, a warning or a notice.
 
 from __future__ import annotations
 
+from vinlens.store.diagnostics.correlation import pearson_r
 from vinlens.store.diagnostics.records import VinOfflineDatasetStats
 
-__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "scan_scope"]
+# pearson_r is re-exported: it is a public name of this module, though correlation owns it.
+__all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r", "scan_scope"]
 
 #: Severities, most severe first.
 PROBLEM_SEVERITIES = ("error", "warning", "notice")
