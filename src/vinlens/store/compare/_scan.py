@@ -33,7 +33,11 @@ import numpy as np
 from vinlens.store.compare._binning import FieldHistogram
 from vinlens.store.diagnostics.integrity import IntegrityStats
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
-from vinlens.store.diagnostics.shard_reads import ShardReads, selected_by_shard
+from vinlens.store.diagnostics.shard_reads import (
+    ShardReads,
+    consecutive_groups,
+    selected_by_shard,
+)
 from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.format import BACKBONE_PREFIX, RRI_COMPONENT_PREFIX, VinOfflineStoreConfig
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader
@@ -154,20 +158,9 @@ def compare_tasks(
     """Consecutive shards cut into about ``_TASKS_PER_WORKER * workers`` tasks of equal rows."""
     # Shards with no selected rows weigh 1: they still get their integrity checks.
     weights = [max(1, len(plan.rows)) for plan in plans]
-    total = sum(weights)
     count = max(1, min(len(plans), workers * _TASKS_PER_WORKER))
-    tasks: list[CompareTask] = []
-    current: list[CompareShardPlan] = []
-    done = 0
-    for plan, weight in zip(plans, weights, strict=True):
-        current.append(plan)
-        done += weight
-        if done * count >= total * (len(tasks) + 1):
-            tasks.append(CompareTask(side, config, generation, tuple(current)))
-            current = []
-    if current:
-        tasks.append(CompareTask(side, config, generation, tuple(current)))
-    return tasks
+    groups = consecutive_groups(plans, weights, count)
+    return [CompareTask(side, config, generation, group) for group in groups]
 
 
 def replaced_error(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,12 +24,15 @@ __all__ = [
     "WINDOW_BYTES",
     "RowWindow",
     "ShardReads",
+    "consecutive_groups",
     "contiguous_runs",
     "row_bytes",
     "row_windows",
     "selected_by_shard",
     "shard_problem",
 ]
+
+T = TypeVar("T")
 
 #: Windows of several blocks hold about this many bytes of those blocks together.
 WINDOW_BYTES = 8 << 20
@@ -78,6 +82,32 @@ def contiguous_runs(rows: Sequence[int]) -> Iterator[tuple[int, int]]:
             j += 1
         yield rows[i], rows[j - 1] + 1
         i = j
+
+
+def consecutive_groups(
+    items: Sequence[T], weights: Sequence[int], count: int, max_items: int | None = None
+) -> list[tuple[T, ...]]:
+    """``items`` cut into about ``count`` runs of consecutive items with equal shares of ``weights``.
+
+    A run also ends at ``max_items`` items. Cutting at equal shares rather than when a run
+    reaches a budget keeps the last run as long as the others: a short last task leaves
+    a worker idle for most of a task's time at the end of a scan.
+    """
+    total = sum(weights)
+    groups: list[tuple[T, ...]] = []
+    current: list[T] = []
+    done = 0
+    for item, weight in zip(items, weights, strict=True):
+        current.append(item)
+        done += weight
+        if (total and done * count >= total * (len(groups) + 1)) or (
+            max_items is not None and len(current) >= max_items
+        ):
+            groups.append(tuple(current))
+            current = []
+    if current:
+        groups.append(tuple(current))
+    return groups
 
 
 def selected_by_shard(

@@ -24,7 +24,11 @@ from vinlens.store.diagnostics.records import (
 )
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
 from vinlens.store.diagnostics.scan import ShardPlan, scan_shard
-from vinlens.store.diagnostics.shard_reads import row_bytes, selected_by_shard
+from vinlens.store.diagnostics.shard_reads import (
+    consecutive_groups,
+    row_bytes,
+    selected_by_shard,
+)
 from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.store.reader import (
@@ -175,21 +179,9 @@ def shard_tasks(
     total = sum(sizes)
     target = -(-total // (workers * _TASKS_PER_WORKER))
     budget = min(_TASK_MAX_BYTES, max(_TASK_BYTES, target))
-    # Cut at equal shares of the bytes, not when a task reaches the budget: a short last
-    # task leaves a worker idle for most of a task's time at the end of the scan.
     count = max(1, min(len(plans), -(-total // budget)))
-    tasks: list[ShardTask] = []
-    current: list[ShardPlan] = []
-    size = 0
-    for plan, plan_size in zip(plans, sizes, strict=True):
-        current.append(plan)
-        size += plan_size
-        if (total and size * count >= total * (len(tasks) + 1)) or len(current) >= _TASK_SHARDS:
-            tasks.append(ShardTask(config, request, tuple(current)))
-            current = []
-    if current:
-        tasks.append(ShardTask(config, request, tuple(current)))
-    return tasks
+    groups = consecutive_groups(plans, sizes, count, _TASK_SHARDS)
+    return [ShardTask(config, request, group) for group in groups]
 
 
 def fold_in_process(
