@@ -232,7 +232,7 @@ class StoreRefresh(BrowserSafeState):
         "refresh",
         background=True,
         exclusive=True,
-        busy="a read of the store is already running; wait for it or cancel it first",
+        busy="a read of the store(s) is already running; wait for it or cancel it first",
     )
     def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         if "max_samples" in args:
