@@ -1,6 +1,6 @@
 """Fixtures for store tests: small real stores written by the writer into temporary directories.
 
-The folders mirror ``src/vinlens/store``'s rooms (``format/``, ``reader/``, ``access/``,
+The folders mirror ``src/vinlens/store``'s packages (``format/``, ``reader/``, ``access/``,
 ``compare/``, ``diagnostics/``; raw tar coverage is ``raw_coverage/``, because a
 ``coverage`` directory on ``sys.path`` would shadow coverage.py for numba). Tests of the
 top-level modules (writer, dataset, synthetic, errors) and of every engine at once stay

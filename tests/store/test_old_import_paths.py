@@ -1,7 +1,7 @@
-"""Import paths of earlier releases keep working after the store moved into rooms.
+"""Import paths of earlier releases keep working.
 
-A module that became a room (``format``, ``reader``, ...) kept its name as a package; the
-few flat modules that moved behind a door stay as thin modules re-exporting the door's
+A module that became a package (``format``, ``reader``, ...) kept its name; the few flat
+modules whose names moved into a package stay as thin modules re-exporting that package's
 objects, so old imports get the very same classes and functions.
 """
 
@@ -11,7 +11,7 @@ import importlib
 
 import pytest
 
-#: old flat module -> the door its names now come from
+#: old flat module -> the package its names now come from
 OLD_PATHS = {
     "vinlens.store.records": "vinlens.store.format",
     "vinlens.store.sample": "vinlens.store.format",
@@ -19,18 +19,18 @@ OLD_PATHS = {
 }
 
 
-@pytest.mark.parametrize(("old", "door"), sorted(OLD_PATHS.items()))
-def test_old_module_re_exports_the_doors_objects(old: str, door: str) -> None:
+@pytest.mark.parametrize(("old", "package"), sorted(OLD_PATHS.items()))
+def test_old_module_re_exports_the_packages_objects(old: str, package: str) -> None:
     old_module = importlib.import_module(old)
-    door_module = importlib.import_module(door)
+    package_module = importlib.import_module(package)
     assert old_module.__all__, old
     for name in old_module.__all__:
-        assert getattr(old_module, name) is getattr(door_module, name), (old, name)
+        assert getattr(old_module, name) is getattr(package_module, name), (old, name)
 
 
-def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hints() -> None:
+def test_classes_in_other_signatures_name_the_package_and_every_class_keeps_its_hints() -> None:
     """Signatures in docs/api.md name the public path (``vinlens.store.format.BlockKind``),
-    and ``typing.get_type_hints`` still resolves every public class of a room's door."""
+    and ``typing.get_type_hints`` still resolves every public class of each package."""
     import typing
 
     import vinlens.store.compare as compare
@@ -40,9 +40,10 @@ def test_classes_in_other_signatures_name_the_door_and_every_class_keeps_its_hin
 
     for name in ("BlockKind", "Capabilities", "MaterializedBlocks", "StoreBlockSpec"):
         assert getattr(fmt, name).__module__ == "vinlens.store.format", name
-    assert "_contract" not in str(typing.get_type_hints(fmt.VinOfflineManifest))
-    for door in (fmt, reader, coverage, compare):
-        for name in door.__all__:
-            value = getattr(door, name)
+    hints = str(typing.get_type_hints(fmt.VinOfflineManifest))
+    assert "_contract" not in hints and "_models" not in hints
+    for package in (fmt, reader, coverage, compare):
+        for name in package.__all__:
+            value = getattr(package, name)
             if isinstance(value, type):
                 typing.get_type_hints(value)  # raises NameError where a hint does not resolve

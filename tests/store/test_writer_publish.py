@@ -84,14 +84,14 @@ def test_killed_writer_leaves_no_store_at_the_path(tmp_path: Path) -> None:
 
 def _exchange_works_in(directory: Path) -> bool:
     """Whether this file system swaps two directories atomically (renameat2 EXCHANGE)."""
-    from vinlens.store.writer import _exchange
+    from vinlens.store._publish import exchange
 
     a, b = directory / ".probe-a", directory / ".probe-b"
     a.mkdir()
     b.mkdir()
     (a / "was-a").touch()
     try:
-        return _exchange(a, b) and (b / "was-a").exists()
+        return exchange(a, b) and (b / "was-a").exists()
     finally:
         shutil.rmtree(a)
         shutil.rmtree(b)
@@ -125,10 +125,11 @@ _CHILD_DIES_DELETING_OLD = textwrap.dedent(
     """
     import os, shutil, sys
     import numpy as np
+    import vinlens.store._publish as publish_module
     import vinlens.store.writer as writer_module
     from vinlens.store.format import VinOfflineSample
 
-    real_exchange, real_rmtree, swapped = writer_module._exchange, shutil.rmtree, []
+    real_exchange, real_rmtree, swapped = publish_module.exchange, shutil.rmtree, []
 
     def exchange(a, b):
         swapped.append(real_exchange(a, b))
@@ -139,7 +140,7 @@ _CHILD_DIES_DELETING_OLD = textwrap.dedent(
             os._exit(9)
         real_rmtree(*args, **kwargs)
 
-    writer_module._exchange, shutil.rmtree = exchange, rmtree
+    publish_module.exchange, shutil.rmtree = exchange, rmtree
     path = sys.argv[1]
     with writer_module.VinOfflineStoreWriter(path, num_candidates=4, rows_per_shard=5,
                                              replace=True) as w:
@@ -180,10 +181,10 @@ def test_kill_while_deleting_the_replaced_store_leaves_the_new_store_and_a_temp_
 def test_completed_replacement_publishes_the_new_store_and_removes_the_old(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
 ) -> None:
-    import vinlens.store.writer as writer_module
+    import vinlens.store._publish as publish_module
 
     if not exchange:  # macOS, old kernels, file systems without RENAME_EXCHANGE
-        monkeypatch.setattr(writer_module, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(publish_module, "exchange", lambda a, b: False)
     path = tmp_path / "store"
     write_synthetic_store(path, SyntheticStoreSpec(seed=1))
     new = write_synthetic_store(path, SyntheticStoreSpec(seed=2, num_scenes=2), replace=True)

@@ -126,3 +126,18 @@ def test_missing_store_is_a_clear_error(stores: tuple[Path, Path], tmp_path: Pat
     with pytest.raises(Exception, match="nope"):
         w.wait(120)
     assert w.acquisition["state"] == "failed" and "nope" in w.error
+
+
+def test_python_refresh_rescans_with_a_new_budget_and_refuses_a_bad_one(
+    stores: tuple[Path, Path],
+) -> None:
+    a, b = stores
+    w = StoreCompareWidget(a, b, max_samples=4)
+    assert w.wait(120).sampled_samples_a == 4
+    w.refresh(max_samples=6)
+    result = w.wait(120)
+    assert w.max_samples == 6 and result.sampled_samples_a == result.sampled_samples_b == 6
+    assert w.acquisition["trigger"] == "refresh()" and w.acquisition["state"] == "done"
+    with pytest.raises(ValueError, match="max_samples"):
+        w.refresh(max_samples=-1)  # refused in the caller, before any scan starts
+    assert w.max_samples == 6 and w.comparison == result

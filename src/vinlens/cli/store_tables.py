@@ -127,6 +127,13 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
             [(p["severity"], p["title"], p["detail"]) for p in ranked],
         )
     )
+    parts.extend(_stats_tables(stats))
+    return "\n".join(part for part in parts if part).rstrip()
+
+
+def _stats_tables(stats: VinOfflineDatasetStats) -> list[str]:
+    """The tables after the overview: distributions, backbone, memory, batch, RRI pairs."""
+    parts: list[str] = []
     summaries = [
         _summary_row("valid candidates / sample", stats.candidate_count),
         _summary_row("RRI (valid, finite)", stats.rri),
@@ -190,7 +197,7 @@ def format_stats(stats: VinOfflineDatasetStats) -> str:
             ("samples without candidate ids (unpaired)", stats.rri_pairing_unavailable_count)
         )
         parts.append(_section("RRI/component pairs (by candidate id)", ("series", "count"), pairs))
-    return "\n".join(part for part in parts if part).rstrip()
+    return parts
 
 
 def _ratio(value: float | None) -> str:

@@ -3,8 +3,8 @@
 The normative format is ``docs/store-format.md``; every public name with its signature is in
 ``docs/api.md`` (generated from ``__all__``); changes are recorded in ``CHANGELOG.md``.
 
-Rooms (each a package whose ``__init__`` with ``__all__`` is its door; the ``_modules``
-behind it are private):
+Packages (each imported through its ``__init__``, whose ``__all__`` lists its public names;
+the ``_modules`` inside it are private):
 
 - ``errors``: every store error, one hierarchy under ``VinlensStoreError``.
 - ``format``: what is on disk (the v1 contract, manifest rules, msgpack records, sample).
@@ -12,8 +12,9 @@ behind it are private):
 - ``reader``: reading a store and its checks (generation, integrity, validation).
 - ``coverage``: raw-dataset tar coverage and the tar header scanner.
 - ``diagnostics``: store stats; ``compare`` (above diagnostics): store B against store A.
-- ``writer``, ``dataset`` (imports torch), ``synthetic``: beside them; ``records``,
-  ``sample`` and ``tarscan`` only keep old import paths working.
+- ``writer`` (publishing through ``_publish``), ``dataset`` (imports torch), ``synthetic``:
+  beside them; ``records``, ``sample`` and ``tarscan`` re-export names for code that
+  imports them there.
 - Command line: ``vinlens.cli.store`` (``vinlens store --help``), not imported here.
 """
 

@@ -15,15 +15,16 @@ keep working while ``except VinlensStoreError`` catches any store failure at onc
     │   ├── StoreExistsError (FileExistsError), InvalidSampleError, StoreVerificationError
     │   ├── SpecialFileError (OSError) ── DirectoryInsteadOfFileError (IsADirectoryError)
     │   └── StoreReplacedError                  another generation appeared mid-read
+    │       └── VinOfflineStoreReplacedError    not the generation a request captured
     ├── StoreAccessError (OSError)             network, credentials, permissions
     ├── RecordDecodeError (ValueError)         bytes that are not one v1 msgpack record
     └── TarScanError (ValueError)              a raw-dataset tar that cannot be scanned
         └── TruncatedTarError, TarHeaderChecksumError, TarHeaderFormatError,
             TarExtendedHeaderTooLargeError
 
-The modules that raised these before (:mod:`~vinlens.store.format`,
-:mod:`~vinlens.store.access`, :mod:`~vinlens.store.records`, :mod:`~vinlens.store.tarscan`)
-re-export them under the same names.
+The modules whose operations raise these (:mod:`~vinlens.store.format`,
+:mod:`~vinlens.store.access`, :mod:`~vinlens.store.records`, :mod:`~vinlens.store.tarscan`,
+:mod:`~vinlens.store.diagnostics`) re-export them under the same names.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "TruncatedTarError",
     "UnsupportedFormatError",
     "VinOfflineStoreError",
+    "VinOfflineStoreReplacedError",
     "VinlensStoreError",
 ]
 
@@ -164,6 +166,14 @@ class StoreVerificationError(VinOfflineStoreError):
 
 class StoreReplacedError(VinOfflineStoreError):
     """The directory at the store path was replaced (another generation) while it was being read."""
+
+
+class VinOfflineStoreReplacedError(StoreReplacedError):
+    """The store at the request's path is not the generation the request captured.
+
+    Raised when the store was replaced (or a top-level file changed) before the read
+    started or while it ran; the acquisition returns nothing.
+    """
 
 
 class StoreAccessError(VinlensStoreError, OSError):

@@ -26,15 +26,11 @@ all-fill chunks (``write_empty_chunks``), so that a missing file always means da
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
-import errno
-import functools
 import json
 import math
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,10 +39,9 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from vinlens.store.access import LocalStoreAccess
+from vinlens.store._publish import check_target, fsync_tree, publish
 from vinlens.store.errors import (
     InvalidSampleError,
-    StoreExistsError,
     StoreVerificationError,
     VinOfflineStoreError,
 )
@@ -54,7 +49,6 @@ from vinlens.store.format import (
     BACKBONE_DTYPES,
     BACKBONE_PREFIX,
     MANIFEST_FILE,
-    MAX_MANIFEST_BYTES,
     RRI_COMPONENT_PREFIX,
     SAMPLE_INDEX_FILE,
     STORE_FORMAT,
@@ -76,7 +70,6 @@ __all__ = ["DEFAULT_CHUNK_BYTES", "VinOfflineStoreWriter", "chunk_shape_for"]
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 _TMP_MARKER = ".vinlens-tmp-"
-_OLD_MARKER = ".vinlens-old-"
 
 
 def chunk_shape_for(
@@ -104,58 +97,6 @@ def _utc_now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directory entries atomically (Linux ``renameat2``); False where unsupported.
-
-    Unsupported means no ``renameat2`` in the C library, or a file system that refuses the
-    flag (``EINVAL``/``ENOSYS``/``ENOTSUP``); any other failure is raised as ``OSError``.
-    """
-    libc = _libc()
-    if libc is None:
-        return False
-    rc = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
-
-
-@functools.cache
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return libc
-
-
-def _fsync_path(path: Path, *, directory: bool = False) -> None:
-    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            _fsync_path(Path(dirpath) / name)
-        _fsync_path(Path(dirpath), directory=True)
-
-
 _INT64 = np.iinfo(np.int64)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -173,19 +114,6 @@ def _beyond_int64(arr: np.ndarray) -> bool:
     if arr.size == 0 or np.can_cast(arr.dtype, np.int64):
         return False
     return bool(arr.max() > _INT64.max) or bool(arr.min() < _INT64.min)
-
-
-def _is_store_dir(path: Path) -> bool:
-    # Through the access layer: a FIFO or huge manifest.json must not block or flood the
-    # check that decides whether an existing directory may be replaced.
-    access = LocalStoreAccess(path)
-    try:
-        data = json.loads(access.read_bytes_limited(MANIFEST_FILE, MAX_MANIFEST_BYTES)[0])
-    except (OSError, ValueError, RecursionError):
-        return False
-    finally:
-        access.close()
-    return isinstance(data, dict) and data.get("format") == STORE_FORMAT
 
 
 class _ShardBuffer:
@@ -250,7 +178,7 @@ class VinOfflineStoreWriter:
         self.chunk_bytes = chunk_bytes
         self.compressor = compressor
         self.fsync = fsync
-        self._check_target()
+        check_target(self.store_dir, self.replace)
         self.store_dir.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = (
             self.store_dir.parent
@@ -289,22 +217,6 @@ class VinOfflineStoreWriter:
         """Where the store is being built (a sibling of ``store_dir``)."""
         return self._tmp
 
-    def _check_target(self) -> None:
-        if not os.path.lexists(self.store_dir):
-            return
-        if not self.replace:
-            raise StoreExistsError(
-                "path already exists",
-                path=self.store_dir,
-                expected="a new path, or replace=True (CLI: --replace)",
-            )
-        if not self.store_dir.is_dir() or not _is_store_dir(self.store_dir):
-            raise StoreExistsError(
-                "path exists and is not a VIN offline store; refusing to replace it",
-                path=self.store_dir,
-                expected="a directory with a vin-offline-store manifest.json",
-            )
-
     def _require_open(self) -> None:
         if self._state != "open":
             raise RuntimeError(f"{self.store_dir}: writer is already {self._state}")
@@ -334,8 +246,8 @@ class VinOfflineStoreWriter:
             )
             self._verify()
             if self.fsync:
-                _fsync_tree(self._tmp)
-            self._publish()
+                fsync_tree(self._tmp)
+            publish(self._tmp, self.store_dir, replace=self.replace, fsync=self.fsync)
         except BaseException:
             self.abort()
             raise
@@ -365,32 +277,6 @@ class VinOfflineStoreWriter:
                 path=self.store_dir,
                 expected="a store the vinlens reader opens",
             ) from exc
-
-    def _publish(self) -> None:
-        self._check_target()
-        parent = self.store_dir.parent
-        if not os.path.lexists(self.store_dir):
-            os.rename(self._tmp, self.store_dir)
-        elif _exchange(self._tmp, self.store_dir):
-            # The old store now sits at the temporary name: a kill while deleting it leaves
-            # only a ``.vinlens-tmp-`` sibling, never a path without a store.
-            if self.fsync:
-                _fsync_path(parent, directory=True)
-            shutil.rmtree(self._tmp, ignore_errors=True)
-        else:
-            aside = parent / f".{self.store_dir.name}{_OLD_MARKER}{uuid.uuid4().hex[:8]}"
-            os.rename(self.store_dir, aside)
-            try:
-                os.rename(self._tmp, self.store_dir)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.rename(aside, self.store_dir)
-                raise
-            if self.fsync:
-                _fsync_path(parent, directory=True)
-            shutil.rmtree(aside, ignore_errors=True)
-        if self.fsync:
-            _fsync_path(parent, directory=True)
 
     # ---- samples ------------------------------------------------------------------------
 

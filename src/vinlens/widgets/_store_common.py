@@ -1,11 +1,12 @@
-"""What the two store widgets (dashboard and coverage heatmap) share beyond the runtime.
+"""What the store widgets (dashboard, compare and coverage heatmap) share beyond the runtime.
 
-Both read one store as an exclusive background command, started as soon as they are
+Each reads its store(s) as an exclusive background command, started as soon as it is
 constructed (the constructor, a Python call and a browser command all compete for the one
-flight), publish where the read is in their ``acquisition`` traitlet, and turn store,
+flight), publishes where the read is in its ``acquisition`` traitlet, and turns store,
 file and value errors into :class:`~vinlens.widgets._base.CommandError` so the browser
 shows them as user-facing messages. :class:`AcquisitionState` is that publishing in one
-place; each widget keeps only what it reads and what it publishes.
+place; :class:`StoreRefresh` is the ``refresh`` command and method of the widgets that
+read with a ``max_samples`` budget. Each widget keeps only what it reads and publishes.
 """
 
 from __future__ import annotations
@@ -16,16 +17,26 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
+
+import traitlets
 
 from vinlens.export import display_text
 from vinlens.operations import OperationCancelled
+from vinlens.store.diagnostics import check_max_samples
 from vinlens.store.errors import VinOfflineStoreError
 from vinlens.store.format import VinOfflineStoreConfig, normalize_location
 from vinlens.store.reader import as_store_config
-from vinlens.widgets._base import CommandCancelled, CommandContext, CommandError, VinlensWidget
+from vinlens.widgets._base import (
+    BrowserSafeState,
+    CommandCancelled,
+    CommandContext,
+    CommandError,
+    VinlensWidget,
+    command,
+)
 
-__all__ = ["AcquisitionState", "esc", "static_png_html", "store_config"]
+__all__ = ["AcquisitionState", "StoreRefresh", "esc", "static_png_html", "store_config"]
 
 
 def store_config(
@@ -192,6 +203,47 @@ class AcquisitionState:
             ):
                 raise CommandError(str(exc)) from exc
             raise
+
+
+class StoreRefresh(BrowserSafeState):
+    """The ``refresh`` command of a store widget that reads ``max_samples`` rows per store.
+
+    :meth:`refresh` (Python) and the browser's ``refresh`` command both start one exclusive
+    read, optionally with a new ``max_samples``; a subclass implements the read in
+    :meth:`_read_stores` and names its runs with ``_READ_ID_PREFIX``.
+    """
+
+    max_samples = traitlets.Int(512, allow_none=True).tag(sync=True)
+
+    _READ_ID_PREFIX: ClassVar[str] = "read"
+
+    def _start_first_read(self) -> None:
+        self.start_command("refresh", trigger="construction", id_prefix=self._READ_ID_PREFIX)
+
+    def refresh(self, *, max_samples: int | object | None = ...) -> None:
+        """Read again in the background (the store's generation now), optionally with a new
+        ``max_samples``; see :meth:`wait`."""
+        args: dict[str, Any] = {}
+        if max_samples is not ...:
+            args["max_samples"] = check_max_samples(max_samples)
+        self.start_command("refresh", args, trigger="refresh()", id_prefix=self._READ_ID_PREFIX)
+
+    @command(
+        "refresh",
+        background=True,
+        exclusive=True,
+        busy="a read of the store(s) is already running; wait for it or cancel it first",
+    )
+    def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        if "max_samples" in args:
+            try:
+                self.max_samples = check_max_samples(args["max_samples"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        return self._read_stores(ctx)
+
+    def _read_stores(self, ctx: CommandContext) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 def esc(text: str) -> str:

@@ -35,7 +35,6 @@ from vinlens.store.compare import (
 from vinlens.store.diagnostics import check_max_samples
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.widgets._base import (
-    BrowserSafeState,
     CommandContext,
     CommandError,
     TableExport,
@@ -44,7 +43,7 @@ from vinlens.widgets._base import (
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table
-from vinlens.widgets._store_common import AcquisitionState, esc, store_config
+from vinlens.widgets._store_common import AcquisitionState, StoreRefresh, esc, store_config
 
 __all__ = ["EXPORT_LISTS", "StoreCompareWidget", "comparison_payload"]
 
@@ -143,7 +142,7 @@ def comparison_payload(
     }
 
 
-class StoreCompareWidget(TableExport, BrowserSafeState):
+class StoreCompareWidget(TableExport, StoreRefresh):
     """Compare store B with store A: fields ranked by drift, set differences, problems.
 
     ``store_a``/``store_b`` are :class:`~vinlens.store.format.VinOfflineStoreConfig`,
@@ -158,9 +157,10 @@ class StoreCompareWidget(TableExport, BrowserSafeState):
     _esm = widget_asset("store_compare.js")
     _css = widget_asset("store_compare.css")
 
+    _READ_ID_PREFIX = "compare"
+
     store_a_path = traitlets.Unicode("").tag(sync=True)
     store_b_path = traitlets.Unicode("").tag(sync=True)
-    max_samples = traitlets.Int(512, allow_none=True).tag(sync=True)
     metric = traitlets.Enum(DRIFT_METRICS, default_value="js_distance").tag(sync=True)
     #: {"id", "state": running|done|failed|cancelled, "step", "done", "total", "trigger", "message"}
     acquisition = traitlets.Dict().tag(sync=True)
@@ -193,7 +193,7 @@ class StoreCompareWidget(TableExport, BrowserSafeState):
         self._result: StoreComparison | None = None
         self._acq = AcquisitionState(self, with_unit=True)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
-        self.start_command("refresh", trigger="construction", id_prefix="compare")
+        self._start_first_read()
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -209,13 +209,6 @@ class StoreCompareWidget(TableExport, BrowserSafeState):
             raise RuntimeError(f"no comparison of {a} and {b} was computed")
         return self._result
 
-    def refresh(self, *, max_samples: int | object | None = ...) -> None:
-        """Compare the stores again in the background (new generations); see :meth:`wait`."""
-        args: dict[str, Any] = {}
-        if max_samples is not ...:
-            args["max_samples"] = check_max_samples(max_samples)
-        self.start_command("refresh", args, trigger="refresh()", id_prefix="compare")
-
     def _export_records(self) -> list[FieldDrift]:
         """The fields, ranked by the metric shown."""
         return list(ranked_fields(self._require_result().fields, self.metric))
@@ -226,18 +219,7 @@ class StoreCompareWidget(TableExport, BrowserSafeState):
         return self._result
 
     # -- commands ----------------------------------------------------------------------
-    @command(
-        "refresh",
-        background=True,
-        exclusive=True,
-        busy="a comparison is already running; wait for it or cancel it first",
-    )
-    def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if "max_samples" in args:
-            try:
-                self.max_samples = check_max_samples(args["max_samples"])
-            except ValueError as exc:
-                raise CommandError(str(exc)) from None
+    def _read_stores(self, ctx: CommandContext) -> dict[str, Any]:
         trigger = ctx.trigger
         with self._acq.outcome(ctx, trigger):
             self._acq.publish_running(ctx, trigger, "reading both stores")

@@ -50,15 +50,19 @@ from vinlens.store.diagnostics import (
 from vinlens.store.errors import StoreNotFoundError, StoreReplacedError
 from vinlens.store.format import VinOfflineStoreConfig
 from vinlens.widgets._base import (
-    BrowserSafeState,
     CommandContext,
     CommandError,
-    command,
     reject_unknown_kwargs,
     widget_asset,
 )
 from vinlens.widgets._payload import encode_array, encode_float, encode_table, to_jsonable
-from vinlens.widgets._store_common import AcquisitionState, esc, static_png_html, store_config
+from vinlens.widgets._store_common import (
+    AcquisitionState,
+    StoreRefresh,
+    esc,
+    static_png_html,
+    store_config,
+)
 
 __all__ = [
     "StoreDashboardWidget",
@@ -241,7 +245,7 @@ def dashboard_payload(
 # --------------------------------------------------------------------------------------
 
 
-class StoreDashboardWidget(BrowserSafeState):
+class StoreDashboardWidget(StoreRefresh):
     """Store-level diagnostics of one VIN offline store, acquired in the background.
 
     ``store`` is a :class:`~vinlens.store.format.VinOfflineStoreConfig`, a path or an
@@ -257,7 +261,8 @@ class StoreDashboardWidget(BrowserSafeState):
     _css = widget_asset("store_dashboard.css")
 
     store_path = traitlets.Unicode("").tag(sync=True)
-    max_samples = traitlets.Int(512, allow_none=True).tag(sync=True)
+    _READ_ID_PREFIX = "acquire"
+
     #: {"id", "state": running|done|failed|cancelled, "step", "done", "total", "trigger", "message"}
     acquisition = traitlets.Dict().tag(sync=True)
     #: The rendered statistics (see :func:`dashboard_payload`); empty until the first success.
@@ -287,7 +292,7 @@ class StoreDashboardWidget(BrowserSafeState):
         self._acq = AcquisitionState(self, with_unit=True)
         self.acquisition = {"id": "", "state": "idle", "step": "", "done": 0, "total": 0}
         self.replacement = {"replaced": False}
-        self.start_command("refresh", trigger="construction", id_prefix="acquire")
+        self._start_first_read()
 
     # -- public Python API --------------------------------------------------------------
     @property
@@ -311,26 +316,8 @@ class StoreDashboardWidget(BrowserSafeState):
             raise RuntimeError(f"no statistics were acquired for {self._config.store_dir}")
         return self._stats
 
-    def refresh(self, *, max_samples: int | object | None = ...) -> None:
-        """Start a new acquisition (a new request) in the background; see :meth:`wait`."""
-        args: dict[str, Any] = {}
-        if max_samples is not ...:
-            args["max_samples"] = check_max_samples(max_samples)
-        self.start_command("refresh", args, trigger="refresh()", id_prefix="acquire")
-
     # -- commands ----------------------------------------------------------------------
-    @command(
-        "refresh",
-        background=True,
-        exclusive=True,
-        busy="an acquisition is already running; wait for it or cancel it first",
-    )
-    def _refresh_command(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if "max_samples" in args:
-            try:
-                self.max_samples = check_max_samples(args["max_samples"])
-            except ValueError as exc:
-                raise CommandError(str(exc)) from None
+    def _read_stores(self, ctx: CommandContext) -> dict[str, Any]:
         return self._acquire(ctx, ctx.trigger)
 
     # -- acquisition -------------------------------------------------------------------

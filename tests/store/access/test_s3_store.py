@@ -20,7 +20,7 @@ import pytest
 from s3_server import S3Dataset, S3Server, s3_filesystem
 
 from vinlens.store.access import FsspecStoreAccess, StoreAccessError, open_store_access
-from vinlens.store.coverage import _coverage as coverage_module
+from vinlens.store.coverage import _rawscan as coverage_module
 from vinlens.store.coverage import clear_coverage_cache, collect_vin_offline_dataset_coverage
 from vinlens.store.dataset import VinOfflineDataset
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats

@@ -15,7 +15,11 @@ from vinlens.store import compare_vin_offline_stores
 from vinlens.store.compare._binning import FieldHistogram
 from vinlens.store.diagnostics import collect_vin_offline_dataset_stats
 from vinlens.store.format import VinOfflineSample
-from vinlens.store.synthetic import SyntheticStoreSpec, make_synthetic_samples
+from vinlens.store.synthetic import (
+    SyntheticStoreSpec,
+    make_synthetic_samples,
+    write_synthetic_store,
+)
 from vinlens.store.writer import VinOfflineStoreWriter
 
 METRICS = ("psi", "js_distance", "wasserstein", "ks_statistic")
@@ -128,3 +132,20 @@ def test_histogram_merge_across_dtypes_is_exact_and_leaves_the_other_alone() -> 
     assert half16.summary() == before and half16.kind == "float16"
     with pytest.raises(ValueError, match="integers in one shard"):
         FieldHistogram.for_dtype("int64").merge(half16)
+
+
+def test_statistics_and_compare_lose_only_the_damaged_vin_points_record(tmp_path: Path) -> None:
+    """Both scans read shards through one core: a record that does not decode is listed by
+    each as the same problem, and every other record of its run still counts."""
+    store = write_synthetic_store(tmp_path / "store", SyntheticStoreSpec(seed=5)).store_dir
+    records = store / "shards/00000/records/vin_points.msgpack"
+    data = bytearray(records.read_bytes())
+    data[0] = 0xC1  # the one byte msgpack never uses: the shard's first record is garbage
+    records.write_bytes(bytes(data))
+    stats = collect_vin_offline_dataset_stats(store, max_samples=None)
+    result = compare_vin_offline_stores(store, store, max_samples=None)
+    listed = [p for p in stats.integrity_problems if p.block == "vin_points"]
+    assert len(listed) == 1 and "1 unreadable" in listed[0].message
+    assert [p for p in result.problems_a if p.block == "vin_points"] == listed
+    assert stats.vin_points.count == stats.num_samples - 1
+    assert result.field("vin_point_count").count_a == stats.vin_points.count

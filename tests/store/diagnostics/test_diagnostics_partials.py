@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from vinlens.store.diagnostics import (
     StatsPartial,
     VinOfflineDatasetStats,
-    acquire,
     capture_vin_offline_dataset_stats_request,
     collect_vin_offline_dataset_stats,
     dask_executor,
     inspect_vin_offline_dataset_stats,
     inspect_vin_offline_dataset_stats_with_progress,
 )
-from vinlens.store.diagnostics.acquire import _plans, _tasks, build_stats_record
+from vinlens.store.diagnostics import tasks as stats_tasks
+from vinlens.store.diagnostics.build import build_stats_record
 from vinlens.store.diagnostics.kernels import Moments
 from vinlens.store.diagnostics.sampling import Reservoir
 from vinlens.store.diagnostics.scan import scan_shard
@@ -53,7 +53,10 @@ def _shard_partials(
     """Pickled per-shard partials (fresh copies per example), the request, the sequential record."""
     request = capture_vin_offline_dataset_stats_request(store, max_samples=max_samples)
     with VinOfflineStoreReader(store) as reader:
-        partials = [pickle.dumps(scan_shard(reader, plan)) for plan in _plans(reader, max_samples)]
+        partials = [
+            pickle.dumps(scan_shard(reader, plan))
+            for plan in stats_tasks.shard_plans(reader, max_samples)
+        ]
     sequential = inspect_vin_offline_dataset_stats(request)
     return partials, request, sequential
 
@@ -112,16 +115,16 @@ def test_tasks_group_consecutive_shards_into_a_few_per_worker(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The store is far below the 8 MiB floor: drop the floor so the per-worker target decides.
-    monkeypatch.setattr(acquire, "_TASK_BYTES", 1)
+    monkeypatch.setattr(stats_tasks, "_TASK_BYTES", 1)
     request = capture_vin_offline_dataset_stats_request(store, max_samples=None)
     with VinOfflineStoreReader(store) as reader:
-        plans = _plans(reader, None)
+        plans = stats_tasks.shard_plans(reader, None)
         config = reader.config
-        one = _tasks(reader, config, request, plans, 1)
-        many = _tasks(reader, config, request, plans, 8)
+        one = stats_tasks.shard_tasks(reader, config, request, plans, 1)
+        many = stats_tasks.shard_tasks(reader, config, request, plans, 8)
     assert [p for task in one for p in task.plans] == plans
     assert [p for task in many for p in task.plans] == plans
-    assert len(one) == acquire._TASKS_PER_WORKER  # 8 equal shards, 2 per task
+    assert len(one) == stats_tasks._TASKS_PER_WORKER  # 8 equal shards, 2 per task
     assert len(many) == len(plans)  # more tasks wanted than shards: one shard each
     local = inspect_vin_offline_dataset_stats(request)
     calls: list[tuple[int, int]] = []
@@ -130,7 +133,7 @@ def test_tasks_group_consecutive_shards_into_a_few_per_worker(
             request, lambda done, total: calls.append((done, total)), executor=pool
         )
     _assert_identical(local, remote)
-    assert len(calls) == 1 + acquire._TASKS_PER_WORKER
+    assert len(calls) == 1 + stats_tasks._TASKS_PER_WORKER
 
 
 def test_executor_progress_callback_can_cancel(store: Path) -> None:
@@ -262,8 +265,6 @@ def test_reservoir_state_is_bounded_by_its_limit_not_by_the_rows_seen() -> None:
 def test_thread_pool_workers_close_their_readers_after_the_call(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vinlens.store.diagnostics import acquire
-
     opened: list[int] = []
     closed: list[int] = []
     real_init = VinOfflineStoreReader.__init__
@@ -286,6 +287,6 @@ def test_thread_pool_workers_close_their_readers_after_the_call(
                 collect_vin_offline_dataset_stats(store, max_samples=None, executor=pool) == local
             )
             assert set(opened) <= set(closed)
-            assert not acquire._readers
+            assert not stats_tasks._readers
     # Per call: the coordinator's reader plus at most one per pool thread, not one per task.
     assert len(opened) <= 3 * (1 + 3)

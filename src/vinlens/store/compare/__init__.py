@@ -4,17 +4,17 @@
 statistics (the same row selection, windowed chunk-checked reads, per-shard partials
 folded in manifest order, in process or on any executor) and counts every numeric field
 on one shared binning fixed by the number format, so no first pass is needed and the
-partials merge exactly (the room's ``_binning`` states the bins, the
+partials merge exactly (the package's ``_binning`` states the bins, the
 metrics and their resolution; ``_scan`` which fields there are).
 Both stores are only read; their generations are pinned before the scan and checked in
 every worker and after it.
 
-The room: ``_compare`` (the operation), ``_scan`` (per-shard partials of both stores, the
+The package's private modules: ``_compare`` (the operation), ``_scan`` (per-shard partials of both stores, the
 fields and the camera/channel rule), ``_binning`` (the one shared binning: float16 bit
 patterns, float32 top 16 bits; PSI, JS, Wasserstein, KS) and ``_records``
 (``StoreComparison``, ``FieldDrift``, ``ranked_fields``). It sits above
-:mod:`vinlens.store.diagnostics`, whose scan machinery it reuses; diagnostics never
-imports it.
+:mod:`vinlens.store.diagnostics`, whose scanning core
+(:mod:`~vinlens.store.diagnostics.shard_reads`) it reuses; diagnostics never imports it.
 """
 
 from __future__ import annotations

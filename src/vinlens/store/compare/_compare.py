@@ -1,6 +1,6 @@
 """``compare_vin_offline_stores``: both stores' tasks, partials and fold, and the record.
 
-Behind the :mod:`vinlens.store.compare` door (its docstring maps the room).
+Part of :mod:`vinlens.store.compare` (its docstring maps the package).
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ from vinlens.store.compare._scan import (
     run_compare_task,
     scan_task,
 )
-from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError, check_max_samples
-from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.diagnostics.records import check_max_samples
+from vinlens.store.errors import (
+    StoreReplacedError,
+    VinOfflineStoreError,
+    VinOfflineStoreReplacedError,
+)
 from vinlens.store.format import VinOfflineStoreConfig, shard_dir
 from vinlens.store.reader import (
     StoreGeneration,
@@ -180,39 +184,9 @@ def compare_vin_offline_stores(
     config_a, pinned_a = _pinned(store_a)
     config_b, pinned_b = _pinned(store_b)
     with _open_pinned(config_a, pinned_a) as reader_a, _open_pinned(config_b, pinned_b) as reader_b:
-        readers = {"a": reader_a, "b": reader_b}
-        plans = {side: compare_plans(r, checked) for side, r in readers.items()}
+        sides = {"a": (reader_a, config_a, pinned_a), "b": (reader_b, config_b, pinned_b)}
         try:
-            if executor is None:
-                tasks = [
-                    CompareTask(side, config, pinned, (plan,))
-                    for side, config, pinned in (
-                        ("a", config_a, pinned_a),
-                        ("b", config_b, pinned_b),
-                    )
-                    for plan in plans[side]
-                ]
-                partial = run_operation(
-                    tasks,
-                    lambda task: scan_task(readers[task.side], task),
-                    start=ComparePartial,
-                    progress=progress_cb,
-                    cancel=cancel,
-                    weight=lambda task: task.rows,
-                )
-            else:
-                workers = executor_workers(executor)
-                tasks = compare_tasks("a", config_a, pinned_a, plans["a"], workers)
-                tasks += compare_tasks("b", config_b, pinned_b, plans["b"], workers)
-                partial = run_operation(
-                    tasks,
-                    run_compare_task,
-                    start=ComparePartial,
-                    executor=executor,
-                    progress=progress_cb,
-                    cancel=cancel,
-                    weight=lambda task: task.rows,
-                )
+            partial = _scan_both(sides, checked, executor, progress_cb, cancel)
         except (VinOfflineStoreReplacedError, OperationCancelled):
             raise
         except Exception as exc:
@@ -222,38 +196,87 @@ def compare_vin_offline_stores(
                         str(config.store_dir), pinned, "while it was being read"
                     ) from exc
             raise
-        names = sorted(set(partial.a.fields) | set(partial.b.fields))
-        fields = tuple(
-            _field_drift(n, partial.a.fields.get(n), partial.b.fields.get(n)) for n in names
-        )
-        keys_a = {row.sample_key for row in reader_a.samples}
-        keys_b = {row.sample_key for row in reader_b.samples}
-        scenes_a = {row.scene_id for row in reader_a.samples}
-        scenes_b = {row.scene_id for row in reader_b.samples}
-        only_a = tuple(sorted(keys_a - keys_b))
-        only_b = tuple(sorted(keys_b - keys_a))
-        result = StoreComparison(
-            store_a=str(reader_a.store_dir),
-            store_b=str(reader_b.store_dir),
-            fields=fields,
-            samples_only_in_a=len(only_a),
-            samples_only_in_b=len(only_b),
-            scenes_only_in_a=tuple(sorted(scenes_a - scenes_b)),
-            scenes_only_in_b=tuple(sorted(scenes_b - scenes_a)),
-            split_counts_a=dict(sorted(Counter(r.split for r in reader_a.samples).items())),
-            split_counts_b=dict(sorted(Counter(r.split for r in reader_b.samples).items())),
-            problems_a=_problems(reader_a, partial.a),
-            problems_b=_problems(reader_b, partial.b),
-            sample_keys_only_in_a=only_a,
-            sample_keys_only_in_b=only_b,
-            num_samples_a=len(reader_a.samples),
-            num_samples_b=len(reader_b.samples),
-            sampled_samples_a=partial.a.rows_scanned,
-            sampled_samples_b=partial.b.rows_scanned,
-            max_samples=checked,
-            generation_a=pinned_a.to_json_dict(),
-            generation_b=pinned_b.to_json_dict(),
-        )
+        result = _comparison(sides, partial, checked)
         _check_after(reader_a, config_a, pinned_a)
         _check_after(reader_b, config_b, pinned_b)
         return result
+
+
+_Side = tuple[VinOfflineStoreReader, VinOfflineStoreConfig, StoreGeneration]
+
+
+def _scan_both(
+    sides: dict[str, _Side],
+    max_samples: int | None,
+    executor: concurrent.futures.Executor | None,
+    progress_cb: ProgressCallback | None,
+    cancel: CancelToken | threading.Event | None,
+) -> ComparePartial:
+    """Both stores' partials: one task per shard here, or tasks of shards on ``executor``."""
+    plans = {side: compare_plans(reader, max_samples) for side, (reader, _, _) in sides.items()}
+    if executor is None:
+        tasks = [
+            CompareTask(side, config, pinned, (plan,))
+            for side, (_, config, pinned) in sides.items()
+            for plan in plans[side]
+        ]
+        return run_operation(
+            tasks,
+            lambda task: scan_task(sides[task.side][0], task),
+            start=ComparePartial,
+            progress=progress_cb,
+            cancel=cancel,
+            weight=lambda task: task.rows,
+        )
+    workers = executor_workers(executor)
+    tasks = [
+        task
+        for side, (_, config, pinned) in sides.items()
+        for task in compare_tasks(side, config, pinned, plans[side], workers)
+    ]
+    return run_operation(
+        tasks,
+        run_compare_task,
+        start=ComparePartial,
+        executor=executor,
+        progress=progress_cb,
+        cancel=cancel,
+        weight=lambda task: task.rows,
+    )
+
+
+def _comparison(
+    sides: dict[str, _Side], partial: ComparePartial, max_samples: int | None
+) -> StoreComparison:
+    """The record: field drifts from the folded partials, sample and scene sets from the indices."""
+    (reader_a, _, pinned_a), (reader_b, _, pinned_b) = sides["a"], sides["b"]
+    names = sorted(set(partial.a.fields) | set(partial.b.fields))
+    fields = tuple(_field_drift(n, partial.a.fields.get(n), partial.b.fields.get(n)) for n in names)
+    keys_a = {row.sample_key for row in reader_a.samples}
+    keys_b = {row.sample_key for row in reader_b.samples}
+    scenes_a = {row.scene_id for row in reader_a.samples}
+    scenes_b = {row.scene_id for row in reader_b.samples}
+    only_a = tuple(sorted(keys_a - keys_b))
+    only_b = tuple(sorted(keys_b - keys_a))
+    return StoreComparison(
+        store_a=str(reader_a.store_dir),
+        store_b=str(reader_b.store_dir),
+        fields=fields,
+        samples_only_in_a=len(only_a),
+        samples_only_in_b=len(only_b),
+        scenes_only_in_a=tuple(sorted(scenes_a - scenes_b)),
+        scenes_only_in_b=tuple(sorted(scenes_b - scenes_a)),
+        split_counts_a=dict(sorted(Counter(r.split for r in reader_a.samples).items())),
+        split_counts_b=dict(sorted(Counter(r.split for r in reader_b.samples).items())),
+        problems_a=_problems(reader_a, partial.a),
+        problems_b=_problems(reader_b, partial.b),
+        sample_keys_only_in_a=only_a,
+        sample_keys_only_in_b=only_b,
+        num_samples_a=len(reader_a.samples),
+        num_samples_b=len(reader_b.samples),
+        sampled_samples_a=partial.a.rows_scanned,
+        sampled_samples_b=partial.b.rows_scanned,
+        max_samples=max_samples,
+        generation_a=pinned_a.to_json_dict(),
+        generation_b=pinned_b.to_json_dict(),
+    )

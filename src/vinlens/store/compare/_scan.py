@@ -31,16 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vinlens.store.compare._binning import FieldHistogram
-from vinlens.store.diagnostics.accumulators import IntegrityStats
-from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
+from vinlens.store.diagnostics.integrity import IntegrityStats
 from vinlens.store.diagnostics.sampling import select_vin_offline_sample_indices
-from vinlens.store.diagnostics.scan import (
+from vinlens.store.diagnostics.shard_reads import (
     ShardReads,
-    contiguous_runs,
-    row_windows,
-    shard_problem,
+    consecutive_groups,
+    selected_by_shard,
 )
-from vinlens.store.errors import StoreReplacedError, VinOfflineStoreError
+from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.format import BACKBONE_PREFIX, RRI_COMPONENT_PREFIX, VinOfflineStoreConfig
 from vinlens.store.reader import StoreGeneration, VinOfflineStoreReader
 
@@ -60,8 +58,6 @@ __all__ = [
 CAMERA_AXIS_MAX = 8
 VALID_CANDIDATE_COUNT = "valid_candidate_count"
 VIN_POINT_COUNT = "vin_point_count"
-# Label windows hold about this many bytes of the label blocks together.
-_WINDOW_BYTES = 8 << 20
 # Tasks per worker and store on an executor: enough to balance, few enough that
 # unpickling and merging partials stays small next to the scan.
 _TASKS_PER_WORKER = 4
@@ -142,12 +138,12 @@ def compare_plans(reader: VinOfflineStoreReader, max_samples: int | None) -> lis
     selected = select_vin_offline_sample_indices(
         [(row.split, row.shard_id) for row in samples], max_samples
     )
-    by_shard: dict[str, list[int]] = {}
-    for index in selected:
-        by_shard.setdefault(samples[index].shard_id, []).append(samples[index].row)
+    by_shard = selected_by_shard(samples, selected)
     labels = reader.manifest.capabilities.scene_labels
     return [
-        CompareShardPlan(shard.shard_id, tuple(sorted(by_shard.get(shard.shard_id, ()))), labels)
+        CompareShardPlan(
+            shard.shard_id, tuple(samples[i].row for i in by_shard.get(shard.shard_id, ())), labels
+        )
         for shard in reader.manifest.shards
     ]
 
@@ -162,20 +158,9 @@ def compare_tasks(
     """Consecutive shards cut into about ``_TASKS_PER_WORKER * workers`` tasks of equal rows."""
     # Shards with no selected rows weigh 1: they still get their integrity checks.
     weights = [max(1, len(plan.rows)) for plan in plans]
-    total = sum(weights)
     count = max(1, min(len(plans), workers * _TASKS_PER_WORKER))
-    tasks: list[CompareTask] = []
-    current: list[CompareShardPlan] = []
-    done = 0
-    for plan, weight in zip(plans, weights, strict=True):
-        current.append(plan)
-        done += weight
-        if done * count >= total * (len(tasks) + 1):
-            tasks.append(CompareTask(side, config, generation, tuple(current)))
-            current = []
-    if current:
-        tasks.append(CompareTask(side, config, generation, tuple(current)))
-    return tasks
+    groups = consecutive_groups(plans, weights, count)
+    return [CompareTask(side, config, generation, group) for group in groups]
 
 
 def replaced_error(
@@ -219,8 +204,7 @@ class _ShardScan(ShardReads):
     def __init__(self, reader: VinOfflineStoreReader, plan: CompareShardPlan) -> None:
         self.plan = plan
         self.partial = SidePartial(rows_scanned=len(plan.rows))
-        super().__init__(reader, plan.shard_id, self.partial.integrity)
-        self.rows = np.asarray(plan.rows, dtype=np.int64)
+        super().__init__(reader, plan.shard_id, plan.rows, self.partial.integrity)
 
     def nonfinite(self, block: str, count: int) -> None:
         if count:
@@ -241,21 +225,7 @@ class _ShardScan(ShardReads):
         names = [n for n in ("candidate_valid", *valued, "candidate_poses") if self.usable(n)]
         if not names or (plan.labels and "candidate_valid" not in names):
             return  # without validity no candidate value can be told from padding
-        chunk = max(self.reader.chunk_rows(plan.shard_id, n) for n in names)
-        size = 0
-        for n in names:
-            spec = self.shard.block(n)
-            if spec is not None and spec.dtype is not None:
-                size += int(np.prod(spec.row_shape)) * np.dtype(spec.dtype).itemsize
-        for start, stop, i, j in row_windows(plan.rows, chunk, size, _WINDOW_BYTES):
-            local = self.rows[i:j] - start
-            data: dict[str, np.ndarray] = {}
-            readable: dict[str, np.ndarray] = {}
-            for name in names:
-                values, ok = self.read(name, start, stop)
-                if values is not None:
-                    data[name] = values[local]
-                    readable[name] = ok[local]
+        for _i, _j, data, readable in self.windows(names):
             self._label_window(data, readable, valued)
 
     def _label_window(
@@ -293,7 +263,6 @@ class _ShardScan(ShardReads):
             part.histogram("candidate_poses", chosen.dtype).update(chosen[finite])
 
     def backbone(self) -> None:
-        plan = self.plan
         for spec in self.shard.blocks:
             if not spec.name.startswith(BACKBONE_PREFIX) or not self.usable(spec.name):
                 continue
@@ -307,16 +276,7 @@ class _ShardScan(ShardReads):
                 if split
                 else []
             )
-            chunk = self.reader.chunk_rows(plan.shard_id, spec.name)
-            row_size = int(np.prod(shape)) * dtype.itemsize
-            # One row chunk per read: raw chunks arrive as zero-copy views.
-            for start, stop, i, j in row_windows(plan.rows, chunk, row_size, 0):
-                values, ok = self.read(spec.name, start, stop)
-                if values is None:
-                    continue
-                local = self.rows[i:j] - start
-                take = local[ok[local]]
-                batch = values if take.size == stop - start else values[take]
+            for batch in self.batches(spec):
                 bad = 0
                 if split:
                     # Each camera binned once, into its part and the whole field in place.
@@ -327,34 +287,13 @@ class _ShardScan(ShardReads):
                 self.nonfinite(spec.name, bad)
 
     def vin_points(self) -> None:
-        plan = self.plan
         if "vin_points" in self.broken:
             return
         lengths: list[int] = []
         bad = 0
-        for start, stop in contiguous_runs(plan.rows):
-            row = start
-            while row < stop:
-                try:
-                    for r, points in self.reader.iter_vin_points(plan.shard_id, row, stop):
-                        lengths.append(int(points.shape[0]))
-                        bad += int(points.size - np.count_nonzero(np.isfinite(points)))
-                        row = r + 1
-                except StoreReplacedError:
-                    raise  # the file changed under the scan: never one row's damage
-                except VinOfflineStoreError:
-                    # Isolate the bad record, keep every readable one.
-                    try:
-                        points = self.reader.read_vin_points(plan.shard_id, row)
-                        lengths.append(int(points.shape[0]))
-                        bad += int(points.size - np.count_nonzero(np.isfinite(points)))
-                    except StoreReplacedError:
-                        raise
-                    except VinOfflineStoreError as exc:
-                        self.partial.integrity.unreadable_record(
-                            plan.shard_id, shard_problem(plan.shard_id, "vin_points", exc)
-                        )
-                    row += 1
+        for _row, points in self.vin_point_records():
+            lengths.append(int(points.shape[0]))
+            bad += int(points.size - np.count_nonzero(np.isfinite(points)))
         self.nonfinite("vin_points", bad)
         self.partial.histogram(VIN_POINT_COUNT, np.dtype(np.int64)).update(
             np.asarray(lengths, dtype=np.int64)

@@ -1,6 +1,6 @@
 """Raw-dataset coverage: which ASE snippets of the raw WebDataset tars a store contains.
 
-The raw side comes from tar *headers* only (the room's tar header scanner, ``_tarscan``): every ``*.tar``
+The raw side comes from tar *headers* only (the package's tar header scanner, ``_tarscan``): every ``*.tar``
 found recursively under ``raw_dataset_dir`` (sorted by relative path, so ``max_tars`` always
 picks the same shards) is listed without extracting anything. The store side comes from
 ``sample_index.jsonl`` through :class:`~vinlens.store.reader.VinOfflineStoreReader`.
@@ -17,28 +17,34 @@ listed, never silently dropped.
 Coverage per scene and overall is ``covered / dataset_snippets``; it is ``None`` where
 the raw data has no snippet of the scene (the ratio is undefined, not zero).
 
-The room: ``_coverage`` (the operation, its records and the key rules) and ``_tarscan``
-(the tar header scanner, whose names and errors this door also exports;
-:mod:`vinlens.store.tarscan` is their old import path).
+The package's private modules: ``_coverage`` (the operation), ``_records`` (its records),
+``_keys`` (the key rules), ``_rawscan`` (the per-tar scan and its cache), and the tar header
+scanner: ``_tarscan`` (its API, whose names and errors this ``__init__`` also exports),
+``_tarwalk`` (the header walk) and ``_tarfields`` (the header layout and field decoders).
+:mod:`vinlens.store.tarscan` re-exports the scanner's names for code that imports them there.
 """
 
 from __future__ import annotations
 
-from vinlens.store.coverage._coverage import (
-    MAX_COVERAGE_EXAMPLES,
-    SMALL_TAR_BYTES,
-    TAR_CACHE_ENTRIES,
-    VinOfflineCoverageSceneDiagnostic,
-    VinOfflineCoverageStats,
-    clear_coverage_cache,
-    collect_vin_offline_dataset_coverage,
+from vinlens.store.coverage._coverage import collect_vin_offline_dataset_coverage
+from vinlens.store.coverage._keys import (
     display_name,
-    find_raw_tar_shards,
     is_webdataset_meta,
     parse_webdataset_key,
-    raw_snippets_by_scene,
     snippet_pairs_from_member_names,
     webdataset_key,
+)
+from vinlens.store.coverage._rawscan import (
+    SMALL_TAR_BYTES,
+    TAR_CACHE_ENTRIES,
+    clear_coverage_cache,
+    find_raw_tar_shards,
+    raw_snippets_by_scene,
+)
+from vinlens.store.coverage._records import (
+    MAX_COVERAGE_EXAMPLES,
+    VinOfflineCoverageSceneDiagnostic,
+    VinOfflineCoverageStats,
 )
 from vinlens.store.coverage._tarscan import (
     DEFAULT_MAX_EXTENDED_HEADER_BYTES,

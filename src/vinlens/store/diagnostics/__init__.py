@@ -104,11 +104,11 @@ from vinlens.store.diagnostics.records import (
     VinOfflineDatasetStatsRequest,
     VinOfflineMemoryDiagnostic,
     VinOfflineSampleDiagnostic,
-    VinOfflineStoreReplacedError,
     VinOfflineStoreSelection,
     check_max_samples,
 )
 from vinlens.store.diagnostics.sampling import apportion, select_vin_offline_sample_indices
+from vinlens.store.errors import VinOfflineStoreReplacedError
 from vinlens.store.reader import StoreIntegrityProblem
 
 __all__ = [

@@ -7,29 +7,27 @@ so a store's result does not depend on how its shards were grouped; ``finish()``
 the record fields. State is bounded by the histogram, reservoir and listing limits, never
 by the number of rows, so the accumulators after one shard are that shard's *partial*:
 small and picklable.
+
+The label and pose accumulators are in :mod:`.labels`, the integrity one in
+:mod:`.integrity` (store compare keeps one too); all are importable from here.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from vinlens.store.diagnostics.integrity import IntegrityStats
 from vinlens.store.diagnostics.kernels import Moments, Summary, weighted_percentile
+from vinlens.store.diagnostics.labels import LabelStats, LabelWindow, PoseStats
 from vinlens.store.diagnostics.records import (
-    MAX_LISTED_SAMPLE_KEYS,
-    POSE_DIAGNOSTICS,
-    NumericSummary,
     VinOfflineMemoryDiagnostic,
 )
 from vinlens.store.diagnostics.sampling import Reservoir
-from vinlens.store.format import RRI_COMPONENT_PREFIX
-from vinlens.store.reader import StoreIntegrityProblem
+from vinlens.store.diagnostics.series import merge_dict, reservoir_column
 
 __all__ = [
     "BackboneStats",
@@ -48,268 +46,6 @@ __all__ = [
 _MIB = float(1 << 20)
 #: Components of ``memory_diagnostics``, in record order.
 MEMORY_COMPONENTS = ("vin_points", "oracle_rri", "candidate_poses", "backbone", "total")
-
-
-def _salt(kind: str, name: str) -> int:
-    """A reservoir salt fixed by the series' name, not by the order series were met."""
-    return zlib.crc32(f"{kind}:{name}".encode())
-
-
-def _column(reservoir: Reservoir) -> list[float]:
-    values: list[float] = reservoir.finish()[:, 0].tolist()
-    return values
-
-
-def _merge_dict(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
-    for key, value in theirs.items():
-        if key in mine:
-            mine[key].merge(value)
-        else:
-            # A copy: later merges into ``mine`` must not reach into ``theirs``.
-            mine[key] = copy.deepcopy(value)
-
-
-# --------------------------------------------------------------------------------------
-# Labels: candidate counts, RRI, RRI components, RRI/component pairs
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class LabelWindow:
-    """Selected rows of one label window: per block, values and a readable mask per row."""
-
-    shard_id: str
-    sample_index: np.ndarray  # int64, the rows' global sample indices
-    data: dict[str, np.ndarray]
-    readable: dict[str, np.ndarray]
-    components: list[str]
-    num_candidates: int
-
-    @property
-    def positions(self) -> np.ndarray:
-        c = self.num_candidates
-        return self.sample_index[:, None] * max(c, 1) + np.arange(c)[None, :]
-
-    def rows_with(self, *names: str) -> np.ndarray | None:
-        """Mask of rows whose blocks ``names`` were all read, or ``None`` if one is absent."""
-        if any(name not in self.data for name in names):
-            return None
-        mask = np.ones(self.sample_index.size, dtype=bool)
-        for name in names:
-            mask &= self.readable[name]
-        return mask
-
-
-class LabelStats:
-    """Candidate counts, RRI and RRI components of the scanned rows (valid candidates)."""
-
-    def __init__(self, summary_rows: frozenset[int] = frozenset()) -> None:
-        self.summary_rows = summary_rows
-        self.candidate_count = Summary()
-        self.rri = Summary()
-        self.candidate_count_values = Reservoir(1, salt=1)
-        self.rri_values = Reservoir(1, salt=2)
-        self.component_summaries: dict[str, Summary] = {}
-        self.component_values: dict[str, Reservoir] = {}
-        self.component_pairs: dict[str, Reservoir] = {}
-        # Per-row summaries of the rows listed in ``sample_summaries``.
-        self.row_counts: dict[int, int] = {}
-        self.row_rri: dict[int, NumericSummary] = {}
-        self.unpaired_keys: list[str] = []
-        self.unpaired_count = 0
-        self.nonfinite: Counter[tuple[str, str]] = Counter()
-        self.duplicate_ids: Counter[str] = Counter()
-
-    def update_unpaired(self, sample_keys: list[str]) -> None:
-        """Labelled rows of a shard without ``candidate_ids``: listed, never paired."""
-        self.unpaired_count += len(sample_keys)
-        room = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
-        self.unpaired_keys.extend(sample_keys[: max(room, 0)])
-
-    def update(self, window: LabelWindow) -> None:
-        valid_rows = window.rows_with("candidate_valid")
-        if valid_rows is None:
-            return
-        data, readable = window.data, window.readable
-        sample_index = window.sample_index
-        positions = window.positions
-        valid = data["candidate_valid"]
-        counts = valid[valid_rows].sum(axis=1)
-        self.candidate_count.update(counts)
-        self.candidate_count_values.update(sample_index[valid_rows], counts)
-        for si, count in zip(sample_index[valid_rows].tolist(), counts.tolist(), strict=True):
-            if si in self.summary_rows:
-                self.row_counts[si] = int(count)
-        rri_rows = window.rows_with("candidate_valid", "rri")
-        if rri_rows is not None:
-            rri = data["rri"]
-            infinite = int(np.count_nonzero(np.isinf(rri[readable["rri"]])))
-            if infinite:
-                self.nonfinite[(window.shard_id, "rri")] += infinite
-            mask = valid & np.isfinite(rri) & rri_rows[:, None]
-            self.rri.update(rri[mask])
-            self.rri_values.update(positions[mask], rri[mask])
-            for i in np.flatnonzero(rri_rows).tolist():
-                si = int(sample_index[i])
-                if si in self.summary_rows:
-                    row_summary = Summary()
-                    row_summary.update(rri[i][mask[i]])
-                    self.row_rri[si] = row_summary.finish()
-        unique = None
-        if "candidate_ids" in data:
-            unique = self._unique_ids(window.shard_id, data["candidate_ids"])
-        for name in window.components:
-            block = f"{RRI_COMPONENT_PREFIX}{name}"
-            comp_rows = window.rows_with("candidate_valid", block)
-            if comp_rows is None:
-                continue
-            comp = data[block]
-            infinite = int(np.count_nonzero(np.isinf(comp[readable[block]])))
-            if infinite:
-                self.nonfinite[(window.shard_id, block)] += infinite
-            cmask = valid & np.isfinite(comp) & comp_rows[:, None]
-            self.component_summaries.setdefault(name, Summary()).update(comp[cmask])
-            self.component_values.setdefault(
-                name, Reservoir(1, salt=_salt("component", name))
-            ).update(positions[cmask], comp[cmask])
-            pair_rows = window.rows_with("candidate_valid", block, "rri", "candidate_ids")
-            if pair_rows is not None and unique is not None:
-                rri = data["rri"]
-                pmask = cmask & np.isfinite(rri) & unique & pair_rows[:, None]
-                self.component_pairs.setdefault(
-                    name, Reservoir(2, salt=_salt("pair", name))
-                ).update(positions[pmask], np.stack([rri[pmask], comp[pmask]], axis=1))
-
-    def _unique_ids(self, shard_id: str, ids: np.ndarray) -> np.ndarray:
-        """Mask of candidates whose id is >= 0 and occurs once in its row."""
-        order = np.sort(ids, axis=1)
-        dup_sorted = np.zeros_like(order, dtype=bool)
-        same = order[:, 1:] == order[:, :-1]
-        dup_sorted[:, 1:] |= same
-        dup_sorted[:, :-1] |= same
-        unique = ids >= 0
-        rows_with_dups = np.flatnonzero((dup_sorted & (order >= 0)).any(axis=1))
-        for r in rows_with_dups.tolist():
-            values, counts = np.unique(ids[r], return_counts=True)
-            repeated = values[(counts > 1) & (values >= 0)]
-            unique[r] &= ~np.isin(ids[r], repeated)
-            self.duplicate_ids[shard_id] += 1
-        return unique
-
-    def merge(self, other: LabelStats) -> LabelStats:
-        self.summary_rows = self.summary_rows | other.summary_rows
-        self.candidate_count.merge(other.candidate_count)
-        self.rri.merge(other.rri)
-        self.candidate_count_values.merge(other.candidate_count_values)
-        self.rri_values.merge(other.rri_values)
-        _merge_dict(self.component_summaries, other.component_summaries)
-        _merge_dict(self.component_values, other.component_values)
-        _merge_dict(self.component_pairs, other.component_pairs)
-        self.row_counts.update(other.row_counts)
-        self.row_rri.update(other.row_rri)
-        room = MAX_LISTED_SAMPLE_KEYS - len(self.unpaired_keys)
-        self.unpaired_keys.extend(other.unpaired_keys[: max(room, 0)])
-        self.unpaired_count += other.unpaired_count
-        self.nonfinite.update(other.nonfinite)
-        self.duplicate_ids.update(other.duplicate_ids)
-        return self
-
-    def finish(self) -> dict[str, Any]:
-        """Record fields (``candidate_count``, ``rri`` ... ``rri_pairing_unavailable_count``)."""
-
-        def pairs(reservoir: Reservoir) -> list[tuple[float, float]]:
-            rows = reservoir.finish()
-            return list(zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True))
-
-        return {
-            "candidate_count": self.candidate_count.finish(),
-            "rri": self.rri.finish(),
-            "candidate_count_values": [int(v) for v in _column(self.candidate_count_values)],
-            "rri_values": _column(self.rri_values),
-            "rri_component_values": {
-                name: _column(self.component_values[name]) for name in sorted(self.component_values)
-            },
-            "rri_component_summaries": {
-                name: self.component_summaries[name].finish()
-                for name in sorted(self.component_summaries)
-            },
-            "rri_component_pairs": {
-                name: pairs(self.component_pairs[name]) for name in sorted(self.component_pairs)
-            },
-            "rri_pairing_unavailable_sample_keys": list(self.unpaired_keys),
-            "rri_pairing_unavailable_count": self.unpaired_count,
-        }
-
-
-# --------------------------------------------------------------------------------------
-# Candidate poses
-# --------------------------------------------------------------------------------------
-
-
-class PoseStats:
-    """Pose diagnostics of valid candidates (labelled) or non-padding ones (unlabelled)."""
-
-    def __init__(self, labels: bool = True) -> None:
-        self.labels = labels
-        self.summaries = {name: Summary() for name in POSE_DIAGNOSTICS}
-        self.values = {name: Reservoir(1, salt=100 + i) for i, name in enumerate(POSE_DIAGNOSTICS)}
-        self.nonfinite: Counter[tuple[str, str]] = Counter()
-
-    def update(self, window: LabelWindow) -> None:
-        if self.labels:
-            pose_rows = window.rows_with("candidate_poses", "candidate_valid")
-            if pose_rows is None:
-                return
-            poses = window.data["candidate_poses"]
-            mask = window.data["candidate_valid"] & pose_rows[:, None]
-        else:
-            pose_rows = window.rows_with("candidate_poses")
-            if pose_rows is None:
-                return
-            poses = window.data["candidate_poses"]
-            mask = (poses != 0).any(axis=2) & pose_rows[:, None]
-        chosen = poses[mask].astype(np.float64)
-        where = window.positions[mask]
-        finite = np.isfinite(chosen).all(axis=1)
-        q = chosen[:, 3:7]
-        norm = np.linalg.norm(q, axis=1)
-        good = finite & (norm > 0)
-        bad = int(chosen.shape[0] - np.count_nonzero(good))
-        if bad:
-            self.nonfinite[(window.shard_id, "candidate_poses")] += bad
-            chosen, where, q, norm = chosen[good], where[good], q[good], norm[good]
-        if chosen.shape[0] == 0:
-            return
-        # Contiguous columns: the element-wise math below runs on unit-stride arrays.
-        t = np.ascontiguousarray(chosen[:, :3].T).T
-        qw, qx, qy, qz = (q / norm[:, None]).T.copy()
-        deg = 180.0 / math.pi
-        values = {
-            "distance_m": np.linalg.norm(t, axis=1),
-            "azimuth_deg": np.arctan2(t[:, 1], t[:, 0]) * deg,
-            "elevation_deg": np.arctan2(t[:, 2], np.hypot(t[:, 0], t[:, 1])) * deg,
-            "rotation_angle_deg": 2.0 * np.arccos(np.clip(np.abs(qw), 0.0, 1.0)) * deg,
-            "yaw_deg": np.arctan2(2 * (qw * qz + qx * qy), 1 - 2 * (qy * qy + qz * qz)) * deg,
-            "pitch_deg": np.arcsin(np.clip(2 * (qw * qy - qz * qx), -1.0, 1.0)) * deg,
-            "roll_deg": np.arctan2(2 * (qw * qx + qy * qz), 1 - 2 * (qx * qx + qy * qy)) * deg,
-        }
-        for name, series in values.items():
-            self.summaries[name].update(series)
-            self.values[name].update(where, series)
-
-    def merge(self, other: PoseStats) -> PoseStats:
-        for name in POSE_DIAGNOSTICS:
-            self.summaries[name].merge(other.summaries[name])
-            self.values[name].merge(other.values[name])
-        self.nonfinite.update(other.nonfinite)
-        return self
-
-    def finish(self) -> dict[str, Any]:
-        seen = [name for name in POSE_DIAGNOSTICS if self.summaries[name].count]
-        return {
-            "candidate_pose_values": {name: _column(self.values[name]) for name in seen},
-            "candidate_pose_summaries": {name: self.summaries[name].finish() for name in seen},
-        }
 
 
 # --------------------------------------------------------------------------------------
@@ -347,7 +83,7 @@ class BackboneStats:
         self.rows[window.field] += window.rows
 
     def merge(self, other: BackboneStats) -> BackboneStats:
-        _merge_dict(self.moments, other.moments)
+        merge_dict(self.moments, other.moments)
         self.rows.update(other.rows)
         for name, shape in other.shapes.items():
             self.shapes.setdefault(name, shape)
@@ -416,7 +152,7 @@ class VinPointStats:
     def finish(self) -> dict[str, Any]:
         return {
             "vin_points": self.summary.finish(),
-            "vin_point_values": [int(v) for v in _column(self.values)],
+            "vin_point_values": [int(v) for v in reservoir_column(self.values)],
         }
 
 
@@ -473,90 +209,6 @@ class MemoryStats:
                 )
             )
         return out
-
-
-# --------------------------------------------------------------------------------------
-# Integrity
-# --------------------------------------------------------------------------------------
-
-
-class IntegrityStats:
-    """Problems found while scanning: the reader's per-shard checks and refused reads."""
-
-    def __init__(self) -> None:
-        self.checks: list[StoreIntegrityProblem] = []  # reader checks, manifest shard order
-        self.corrupt: dict[tuple[str, str], StoreIntegrityProblem] = {}  # first per block
-        self.unreadable: dict[str, tuple[int, StoreIntegrityProblem]] = {}  # vin_points
-        self.nonfinite: Counter[tuple[str, str]] = Counter()
-        self.duplicate_ids: Counter[str] = Counter()
-
-    def update(self, problems: tuple[StoreIntegrityProblem, ...]) -> None:
-        """The reader's integrity problems of the shard being scanned."""
-        self.checks.extend(problems)
-
-    def refused(self, shard_id: str, block: str, problem: StoreIntegrityProblem) -> None:
-        self.corrupt.setdefault((shard_id, block), problem)
-
-    def unreadable_record(self, shard_id: str, problem: StoreIntegrityProblem) -> None:
-        count, first = self.unreadable.get(shard_id, (0, problem))
-        self.unreadable[shard_id] = (count + 1, first)
-
-    def merge(self, other: IntegrityStats) -> IntegrityStats:
-        self.checks.extend(other.checks)
-        for key, problem in other.corrupt.items():
-            self.corrupt.setdefault(key, problem)
-        for shard_id, (count, first) in other.unreadable.items():
-            mine = self.unreadable.get(shard_id)
-            self.unreadable[shard_id] = (
-                (count, first) if mine is None else (mine[0] + count, mine[1])
-            )
-        self.nonfinite.update(other.nonfinite)
-        self.duplicate_ids.update(other.duplicate_ids)
-        return self
-
-    def finish(
-        self, describe_shard: Any, extra: list[StoreIntegrityProblem]
-    ) -> list[StoreIntegrityProblem]:
-        """Problems in a fixed order: checks, ``extra``, refused chunks, records, values, ids."""
-        problems = [*self.checks, *extra]
-        problems.extend(problem for _, problem in sorted(self.corrupt.items()))
-        for shard_id, (count, first) in sorted(self.unreadable.items()):
-            problems.append(
-                StoreIntegrityProblem(
-                    first.kind,
-                    shard_id,
-                    "vin_points",
-                    first.path,
-                    f"{count} unreadable vin_points record{'s' if count != 1 else ''}; "
-                    f"first: {first.message}",
-                )
-            )
-        for (shard_id, block), count in sorted(self.nonfinite.items()):
-            problems.append(
-                StoreIntegrityProblem(
-                    "NonFiniteValues",
-                    shard_id,
-                    block,
-                    describe_shard(shard_id),
-                    f"shard {shard_id!r} block {block!r}: {count} non-finite value"
-                    f"{'s' if count != 1 else ''} in scanned rows where the format allows none"
-                    + (
-                        " (infinite RRI)" if block.startswith(("rri", RRI_COMPONENT_PREFIX)) else ""
-                    ),
-                )
-            )
-        for shard_id, count in sorted(self.duplicate_ids.items()):
-            problems.append(
-                StoreIntegrityProblem(
-                    "DuplicateCandidateIds",
-                    shard_id,
-                    "candidate_ids",
-                    describe_shard(shard_id),
-                    f"shard {shard_id!r}: {count} scanned row{'s' if count != 1 else ''} repeat "
-                    "a candidate id; those candidates are left out of RRI/component pairs",
-                )
-            )
-        return problems
 
 
 # --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from vinlens.store.diagnostics.correlation import pearson_r
 from vinlens.store.diagnostics.records import VinOfflineDatasetStats
 
-# pearson_r lives in correlation; it stays importable from here as before.
+# pearson_r is re-exported: it is a public name of this module, though correlation owns it.
 __all__ = ["PROBLEM_SEVERITIES", "dashboard_problems", "pearson_r", "scan_scope"]
 
 #: Severities, most severe first.

@@ -9,7 +9,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from vinlens.store.errors import StoreReplacedError
+# Re-exported: code written against this module imports the error from here.
+from vinlens.store.errors import VinOfflineStoreReplacedError as VinOfflineStoreReplacedError
 from vinlens.store.reader import StoreGeneration, StoreIntegrityProblem
 
 #: Most values kept per histogram series; beyond it a uniform deterministic subsample.
@@ -35,7 +36,7 @@ POSE_DIAGNOSTICS = (
 
 
 # --------------------------------------------------------------------------------------
-# Records (the seed's classes, fields and defaults; additions at the end, with defaults)
+# Records (fields in the order positional construction relies on; later ones have defaults)
 # --------------------------------------------------------------------------------------
 
 
@@ -54,7 +55,8 @@ class VinOfflineBackboneDiagnostic:
     """Streaming numeric summary for one stored backbone field.
 
     ``mean``/``std``/``abs_mean``/``nz_frac`` are ``None`` when no finite value was seen.
-    Added after the seed's fields: ``minimum`` and ``maximum`` of the finite values (exact).
+    ``minimum`` and ``maximum`` of the finite values (exact) come last, after the fields
+    positional construction relies on.
     """
 
     field: str
@@ -118,11 +120,12 @@ class VinOfflineSampleDiagnostic:
 class VinOfflineDatasetStats:
     """Store-level diagnostics for an immutable VIN offline dataset.
 
-    Added after the seed's fields: ``integrity_problems`` (missing chunks, blocks that
-    disagree with the manifest, unreadable records, non-finite values where the spec
-    allows none, duplicate candidate ids), ``rri_pairing_unavailable_count`` (the full
-    count behind the bounded key list), ``max_samples`` (the request's budget) and
-    ``generation`` (the store generation the numbers were read from, JSON form).
+    After the fields positional construction relies on, with defaults:
+    ``integrity_problems`` (missing chunks, blocks that disagree with the manifest,
+    unreadable records, non-finite values where the spec allows none, duplicate candidate
+    ids), ``rri_pairing_unavailable_count`` (the full count behind the bounded key list),
+    ``max_samples`` (the request's budget) and ``generation`` (the store generation the
+    numbers were read from, JSON form).
     """
 
     store_dir: str
@@ -205,14 +208,6 @@ class VinOfflineDatasetStatsRequest:
     def digest(self) -> str:
         """Return the deterministic cache and retained-result identity."""
         return hashlib.sha256(self.canonical_json().encode("ascii")).hexdigest()
-
-
-class VinOfflineStoreReplacedError(StoreReplacedError):
-    """The store at the request's path is not the generation the request captured.
-
-    Raised when the store was replaced (or a top-level file changed) before the read
-    started or while it ran; the acquisition returns nothing.
-    """
 
 
 def check_max_samples(value: object) -> int | None:

@@ -65,7 +65,7 @@ def _runs(cell: Sequence[int], count: int) -> list[int]:
     done = 0
     for g in range(groups):
         take = count // groups + (1 if g < count % groups else 0)
-        # Windows proportional to the run sizes always have room for their run.
+        # Windows proportional to the run sizes always fit their run.
         lo = (size * done) // count
         hi = (size * (done + take)) // count
         start = lo + (hi - lo - take) // 2

@@ -10,10 +10,11 @@ Errors name the file, the line or field, and what was expected, because a store 
 written by one tool and read by another, and the person reading the message has to find
 the offending byte without our source code.
 
-The room (each private module is reached through this door):
+The package's private modules, reached through its ``__init__``:
 
-- ``_contract``: constants, ``VinOfflineStoreConfig``, the manifest, shard, block and
-  sample-index models, path helpers.
+- ``_contract``: constants, store locations, the spec's block table, path helpers.
+- ``_models``: ``VinOfflineStoreConfig``, the manifest, shard, block and sample-index models.
+- ``_parsing``: parsing the manifest and the sample index with located errors.
 - ``_manifest_rules``: the spec's block table as checks on a parsed manifest.
 - ``_records``: msgpack record rows and their bounded decoding.
 - ``_sample``: ``VinOfflineSample``, one sample in memory.
@@ -54,6 +55,17 @@ from vinlens.store.format._contract import (
     STORE_FORMAT,
     SUPPORTED_VERSIONS,
     BlockKind,
+    arrays_dir,
+    block_kind_for,
+    block_name_problem,
+    expected_block_dtype,
+    is_url,
+    normalize_location,
+    record_paths,
+    shard_dir,
+)
+from vinlens.store.format._manifest_rules import check_manifest_blocks
+from vinlens.store.format._models import (
     Capabilities,
     MaterializedBlocks,
     SampleIndexRow,
@@ -61,21 +73,14 @@ from vinlens.store.format._contract import (
     StoreShardSpec,
     VinOfflineManifest,
     VinOfflineStoreConfig,
-    arrays_dir,
-    block_kind_for,
-    block_name_problem,
-    expected_block_dtype,
+)
+from vinlens.store.format._parsing import (
     format_validation_error,
-    is_url,
-    normalize_location,
     parse_manifest,
     parse_sample_index,
     parse_sample_index_line,
-    record_paths,
     sample_index_byte_limit,
-    shard_dir,
 )
-from vinlens.store.format._manifest_rules import check_manifest_blocks
 from vinlens.store.format._records import (
     decode_ndarray,
     decode_record,
@@ -145,10 +150,10 @@ __all__ = [
     "shard_dir",
 ]
 
-# Classes that appear in the signatures of others name this door as their module, so
-# reprs, pickles and the signatures in docs/api.md read ``vinlens.store.format.BlockKind``
-# as before the room was split. (Only these: the door's namespace resolves their type
-# hints; it would not resolve ``VinOfflineSample``'s or ``VinOfflineStoreConfig``'s.)
+# Classes that appear in the signatures of others name this package as their module, so
+# reprs, pickles and the signatures in docs/api.md read ``vinlens.store.format.BlockKind``,
+# the path users import them from. (Only these: this module's namespace resolves their
+# type hints; it would not resolve ``VinOfflineSample``'s or ``VinOfflineStoreConfig``'s.)
 for _cls in (BlockKind, Capabilities, MaterializedBlocks, StoreBlockSpec, StoreShardSpec):
     _cls.__module__ = __name__
 del _cls

@@ -6,10 +6,10 @@ from vinlens.store.errors import ManifestError
 from vinlens.store.format._contract import (
     BACKBONE_PREFIX,
     RRI_COMPONENT_PREFIX,
-    VinOfflineManifest,
     block_kind_for,
     expected_block_dtype,
 )
+from vinlens.store.format._models import VinOfflineManifest
 
 __all__ = ["check_manifest_blocks"]
 

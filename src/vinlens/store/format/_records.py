@@ -10,7 +10,7 @@ that must match ``shape`` and ``dtype`` exactly.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -163,7 +163,8 @@ def _decode_map(obj: Any) -> dict[str, Any]:
 # value ``{"dtype", "shape", "data"}`` in that order, shape of non-negative ints, bin data)
 # is decoded by walking its headers, with every array a zero-copy view into the batch's
 # buffer. Anything else (other layouts, other values, any doubt) returns ``None`` and is
-# decoded by msgpack as before, so both paths give the same records and the same errors.
+# decoded by the bounded msgpack Unpacker, so both paths give the same records and the
+# same errors.
 
 _NDARRAY_DTYPE_KEY = b"\x83\xa5dtype"
 _NDARRAY_SHAPE_KEY = b"\xa5shape"
@@ -319,54 +320,68 @@ def decode_records(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any
     """
     if len(bounds) < 2:
         return
-    base = bounds[0]
-    # Records of the common shape are decoded straight from the buffer; the first one
-    # that is not goes, with all after it, through the bounded msgpack Unpacker below.
     if isinstance(data, bytes):
-        first = 0
-        template: _Template | None = None
-        # Every byte before the payload of the last one-array record, and its payload size:
-        # a record of the same length starting with those bytes has the same key, dtype
-        # and shape, and its payload fills the rest (fixed-size records: one compare).
-        header = b""
-        payload = -1
-        shape: tuple[int, ...] = ()
-        while first < len(bounds) - 1:
-            pos, stop = bounds[first] - base, bounds[first + 1] - base
-            if (
-                template is not None
-                and stop - pos == len(header) + payload
-                and data.startswith(header, pos)
-            ):
-                array = np.ndarray(shape, template.wire, data, pos + len(header))
-                native = template.native
-                yield {template.key: array if native is None else array.astype(native)}
-                first += 1
-                continue
-            record = (
-                _fast_with_template(data, pos, stop, template) if template is not None else None
-            )
-            if record is None:
-                found = _fast_ndarray_record(data, pos, stop)
-                if found is None:
-                    break
-                record, template = found
-            if template is not None:
-                array = record[template.key]
-                payload = array.size * template.wire.itemsize
-                header = data[pos : stop - payload]
-                shape = array.shape
-            yield record
-            first += 1
+        first = yield from _decode_common_shape(data, bounds)
         if first == len(bounds) - 1:
             return
         if first:
             try:
-                yield from decode_records(data[bounds[first] - base :], bounds[first:])
+                yield from decode_records(data[bounds[first] - bounds[0] :], bounds[first:])
             except RecordDecodeError as exc:
                 exc.index = first + (exc.index or 0)
                 raise
             return
+    yield from _decode_unpacked(data, bounds)
+
+
+def _decode_common_shape(
+    data: bytes, bounds: Sequence[int]
+) -> Generator[dict[str, Any], None, int]:
+    """Records of the common shape, straight from the buffer; returns how many were decoded.
+
+    Stops at the first record that is not of that shape: it and all after it go through
+    the bounded msgpack Unpacker.
+    """
+    base = bounds[0]
+    first = 0
+    template: _Template | None = None
+    # Every byte before the payload of the last one-array record, and its payload size:
+    # a record of the same length starting with those bytes has the same key, dtype
+    # and shape, and its payload fills the rest (fixed-size records: one compare).
+    header = b""
+    payload = -1
+    shape: tuple[int, ...] = ()
+    while first < len(bounds) - 1:
+        pos, stop = bounds[first] - base, bounds[first + 1] - base
+        if (
+            template is not None
+            and stop - pos == len(header) + payload
+            and data.startswith(header, pos)
+        ):
+            array = np.ndarray(shape, template.wire, data, pos + len(header))
+            native = template.native
+            yield {template.key: array if native is None else array.astype(native)}
+            first += 1
+            continue
+        record = _fast_with_template(data, pos, stop, template) if template is not None else None
+        if record is None:
+            found = _fast_ndarray_record(data, pos, stop)
+            if found is None:
+                break
+            record, template = found
+        if template is not None:
+            array = record[template.key]
+            payload = array.size * template.wire.itemsize
+            header = data[pos : stop - payload]
+            shape = array.shape
+        yield record
+        first += 1
+    return first
+
+
+def _decode_unpacked(data: bytes, bounds: Sequence[int]) -> Iterator[dict[str, Any]]:
+    """Records through one bounded Unpacker; a record that is not exactly one map is refused."""
+    base = bounds[0]
     largest = max(b - a for a, b in itertools.pairwise(bounds))
     unpacker = msgpack.Unpacker(
         None,

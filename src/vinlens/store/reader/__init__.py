@@ -7,13 +7,12 @@ is touched (zarr metadata against the manifest, chunk completeness, offsets file
 :meth:`VinOfflineStoreReader.integrity_problems` lists every problem without raising,
 for diagnostics. All file access goes through :mod:`vinlens.store.access`.
 
-The reader is assembled from the room's private modules, each one part of the class:
+The reader is assembled from the package's private modules, each one part of the class:
 ``_generation`` (which store a path names), ``_integrity`` (problem records),
 ``_zarr_layout`` (``zarr.json`` and chunk keys), ``_core`` (the open store's shared state
 and shard checks), ``_zarr_blocks`` and ``_record_blocks`` (reads), ``_validation``
 (whole-store checks) and ``_reader`` (the class itself); the spec's block table is
-:func:`vinlens.store.format.check_manifest_blocks`. Every name importable from here
-before the split still is.
+:func:`vinlens.store.format.check_manifest_blocks`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``VinOfflineStoreReader``, assembled from the room's parts, and ``open_vin_offline_store``.
+"""``VinOfflineStoreReader``, assembled from the package's parts, and ``open_vin_offline_store``.
 
-Behind the :mod:`vinlens.store.reader` door (its docstring maps the room).
+Part of :mod:`vinlens.store.reader` (its docstring maps the package).
 """
 
 from __future__ import annotations

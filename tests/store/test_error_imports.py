@@ -1,4 +1,5 @@
-"""One door for errors: inside the project every store error is imported from ``store.errors``."""
+"""Every store error lives in ``store.errors``: the project imports it from there only, and
+the modules that re-export it hand out the very same class."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import vinlens.store as store
 import vinlens.store.access as access
+import vinlens.store.diagnostics as diagnostics
+import vinlens.store.diagnostics.records as diagnostics_records
 import vinlens.store.errors as errors
 import vinlens.store.format as fmt
 import vinlens.store.tarscan as tarscan
@@ -42,3 +45,14 @@ def test_old_error_import_paths_still_work_and_are_the_same_classes():
     assert store.StoreReplacedError is errors.StoreReplacedError
     assert access.StoreAccessError is errors.StoreAccessError
     assert tarscan.TarScanError is errors.TarScanError
+
+
+def test_the_request_replacement_error_is_a_store_error_on_every_import_path():
+    from vinlens.store.diagnostics.records import VinOfflineStoreReplacedError
+
+    assert VinOfflineStoreReplacedError is errors.VinOfflineStoreReplacedError
+    assert diagnostics.VinOfflineStoreReplacedError is errors.VinOfflineStoreReplacedError
+    assert diagnostics_records.VinOfflineStoreReplacedError is errors.VinOfflineStoreReplacedError
+    # Callers catching the generic replacement (or any store error) still catch it.
+    assert issubclass(VinOfflineStoreReplacedError, errors.StoreReplacedError)
+    assert issubclass(VinOfflineStoreReplacedError, errors.VinlensStoreError)
