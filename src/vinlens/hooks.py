@@ -45,6 +45,8 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+from torch.fx import _symbolic_trace
 from torch.nn.modules import module as _torch_module
 
 __all__ = [
@@ -242,6 +244,7 @@ class HookSet:
         *,
         always_call: bool = False,
         use_global: bool = True,
+        own_thread: bool = False,
     ) -> None:
         """``pre``/``post`` around every call of every target module, labelled by path.
 
@@ -256,7 +259,12 @@ class HookSet:
         The pre-hook receives kwargs (``{}`` when none). A module reached under two
         labels keeps the first. With ``always_call``, ``post`` also runs (with output
         None) when the forward raises an ``Exception``, as PyTorch's always-called
-        hooks do.
+        hooks do. With ``own_thread``, only calls made on the thread that calls this
+        method are observed: an engine driving a forward must not merge in another
+        thread serving the same model meanwhile.
+
+        Calls on fake, meta or proxy tensors (``torch.fx`` tracing, ``torch.export``,
+        dynamo) run the original ``forward`` unobserved, whichever way they are hooked.
         """
         instance: dict[int, tuple[str, nn.Module]] = {}
         filed: dict[int, tuple[str, type]] = {}
@@ -275,17 +283,18 @@ class HookSet:
                 instance[key] = (label, module)
                 continue
             filed[key] = (label, owner)
+        thread = threading.get_ident() if own_thread else None
         if filed:
-            self._tap(_TapGroup(filed, [module for _, module in targets], pre, post, always_call))
+            modules = [module for _, module in targets]
+            self._tap(_TapGroup(filed, modules, pre, post, always_call, thread))
         for label, module in instance.values():
             if pre is not None:
-                self.forward_pre(module, _instance_pre(label, pre), with_kwargs=True)
+                self.forward_pre(module, _instance_pre(label, pre, thread), with_kwargs=True)
             if post is not None:
-                self.forward(module, _instance_post(label, post), always_call=always_call)
+                self.forward(module, _instance_post(label, post, thread), always_call=always_call)
 
     def _tap(self, group: _TapGroup) -> None:
         """Make ``group`` live: tap each class it needs, then publish it to the taps."""
-        global _GROUPS
         needed = {owner for _, owner in group.filed.values()}
         # Removed even when tapping fails part way (a class refusing setattr).
         self.on_remove(lambda: _untap(group))
@@ -298,7 +307,7 @@ class HookSet:
                     _TAPS[owner] = class_tap
                 class_tap.groups += 1
                 group.owners.append(owner)
-            _GROUPS = (*_GROUPS, group)
+            _LIVE.groups = (*_LIVE.groups, group)
 
     # -- labelled backward hooks over many modules -------------------------------------
 
@@ -354,19 +363,21 @@ class HookSet:
 
 
 def _instance_pre(
-    label: str, pre: LabelledPreHook
+    label: str, pre: LabelledPreHook, thread: int | None
 ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
     def pre_hook(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        pre(label, args, kwargs)
+        if (thread is None or threading.get_ident() == thread) and not _unobserved(args):
+            pre(label, args, kwargs)
 
     return pre_hook
 
 
 def _instance_post(
-    label: str, post: LabelledPostHook
+    label: str, post: LabelledPostHook, thread: int | None
 ) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
     def post_hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        post(label, args, output)
+        if (thread is None or threading.get_ident() == thread) and not _unobserved(args):
+            post(label, args, output)
 
     return post_hook
 
@@ -390,10 +401,11 @@ class _TapGroup:
 
     ``filed`` maps each module's id to its label and the class whose forward its calls
     run; ``modules`` holds the modules themselves, so no id can be reused by another
-    module while the group is live.
+    module while the group is live. ``thread``: the only thread whose calls it observes
+    (None: every thread).
     """
 
-    __slots__ = ("always_call", "filed", "modules", "owners", "post", "pre")
+    __slots__ = ("always_call", "filed", "modules", "owners", "post", "pre", "thread")
 
     def __init__(
         self,
@@ -402,28 +414,89 @@ class _TapGroup:
         pre: LabelledPreHook | None,
         post: LabelledPostHook | None,
         always_call: bool,
+        thread: int | None = None,
     ) -> None:
         self.filed = filed
         self.modules = modules
         self.pre = pre
         self.post = post
         self.always_call = always_call
+        self.thread = thread
         self.owners: list[type] = []  # classes this group holds a tap on
 
 
+class _Live:
+    """The live groups, one tuple replaced (never changed in place) under the lock: a tap
+    reads it unlocked, through this object (a tap function sees no globals of ours)."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self) -> None:
+        self.groups: tuple[_TapGroup, ...] = ()
+
+
 _TAPS_LOCK = threading.Lock()
-# Live groups, replaced (never changed in place) under the lock: a tap reads it unlocked.
-_GROUPS: tuple[_TapGroup, ...] = ()
+_LIVE = _Live()
 _UNKNOWN: Any = object()
 
+_FAKE_MODE = torch._C._TorchDispatchModeKey.FAKE
+_PROXY_MODE = torch._C._TorchDispatchModeKey.PROXY
 
-def _tapped_call(
-    hits: tuple[tuple[_TapGroup, str], ...],
+
+def _unobserved(args: tuple[Any, ...]) -> bool:
+    """True for a call no engine may observe: traced or compiled (``torch.fx``'s symbolic
+    tracing, ``torch.export``, dynamo), under a fake or proxy dispatch mode, or on meta,
+    fake or proxy arguments. Their values are not the model's values, and reading them
+    (a ``bool`` of a symbolic size, a reduction of a meta tensor) would break the trace
+    or record nothing true."""
+    if (
+        torch.compiler.is_compiling()
+        or _fx_tracing()
+        or torch._C._get_dispatch_mode(_FAKE_MODE) is not None
+        or torch._C._get_dispatch_mode(_PROXY_MODE) is not None
+    ):
+        return True
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            if arg.is_meta or (type(arg) is not torch.Tensor and _is_fake(arg)):
+                return True
+        elif isinstance(arg, torch.fx.Proxy):
+            return True
+    return False
+
+
+def _fx_tracing() -> bool:
+    return bool(_symbolic_trace._is_fx_tracing_flag)
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    return isinstance(tensor, _FakeTensor)
+
+
+def _serve(
+    owner: type,
     original: Callable[..., Any],
     module: nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
+    """A tapped call of a module some live group filed: observed by the groups that
+    filed it under ``owner`` (a subclass's ``super().forward`` runs its parent's tap
+    with an instance filed under the subclass: not served twice) and watch this thread."""
+    key = id(module)
+    hits: tuple[tuple[_TapGroup, str], ...] = ()
+    ident = 0
+    for group in _LIVE.groups:
+        found = group.filed.get(key)
+        if found is None or found[1] is not owner:
+            continue
+        if group.thread is not None:
+            ident = ident or threading.get_ident()
+            if group.thread != ident:
+                continue
+        hits = (*hits, (group, found[0]))
+    if not hits or _unobserved(args):
+        return original(module, *args, **kwargs)
     for group, label in hits:
         if group.pre is not None:
             group.pre(label, args, kwargs)
@@ -440,37 +513,52 @@ def _tapped_call(
     return output
 
 
+def _tap_function(owner: type, original: Any) -> Any:
+    """The function that replaces ``owner.forward`` while tapped.
+
+    It reads nothing from this module's globals (only its own closure, names prefixed
+    ``_vinlens_``) and is rebuilt with the original's globals: ``torch.jit.script``
+    compiles a method from its source, which ``inspect`` finds through ``__wrapped__``
+    (the original's), resolving names through the function's own globals and closure,
+    so scripting during a tap compiles the original ``forward`` exactly as it would
+    without the tap, and caches nothing of ours for the class.
+    """
+    _vinlens_id = id
+    _vinlens_live = _LIVE
+    _vinlens_serve = _serve
+    _vinlens_owner = owner
+    _vinlens_original = original
+
+    def forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        key = _vinlens_id(module)
+        for group in _vinlens_live.groups:
+            if key in group.filed:
+                return _vinlens_serve(_vinlens_owner, _vinlens_original, module, args, kwargs)
+        return _vinlens_original(module, *args, **kwargs)
+
+    rebuilt = types.FunctionType(
+        forward.__code__, original.__globals__, original.__name__, None, forward.__closure__
+    )
+    functools.update_wrapper(rebuilt, original)
+    return rebuilt
+
+
 class _ClassTap:
     """A class's ``forward``, replaced by one that serves the modules of live groups.
 
-    A call is served when a live group filed its module under this class (a subclass's
-    ``super().forward`` runs its parent's tap with an instance filed under the
-    subclass: not served twice). Every other call (other models, data-parallel
-    replicas, copies) runs the original after one dictionary miss per live group. The
-    replacement keeps the original's name, docstring and signature
-    (``functools.update_wrapper``: ``inspect.signature`` follows ``__wrapped__``).
+    Calls of modules no live group filed (other models, data-parallel replicas, copies)
+    run the original after one dictionary miss per live group. The replacement keeps
+    the original's name, docstring and signature (``functools.update_wrapper``:
+    ``inspect.signature`` follows ``__wrapped__``).
     """
 
     __slots__ = ("function", "groups", "original", "owner")
 
     def __init__(self, owner: type) -> None:
         original = owner.__dict__["forward"]
-
-        def forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            key = id(module)
-            hits: tuple[tuple[_TapGroup, str], ...] = ()
-            for group in _GROUPS:
-                found = group.filed.get(key)
-                if found is not None and found[1] is owner:
-                    hits = (*hits, (group, found[0]))
-            if not hits:
-                return original(module, *args, **kwargs)
-            return _tapped_call(hits, original, module, args, kwargs)
-
-        functools.update_wrapper(forward, original)
         self.owner = owner
         self.original = original
-        self.function = forward
+        self.function = _tap_function(owner, original)
         self.groups = 0  # live groups that need this tap
 
 
@@ -494,9 +582,8 @@ def _tap_owner(cls: type) -> type | None:
 
 def _untap(group: _TapGroup) -> None:
     """Retire ``group``; restore each class whose tap no live group needs any more."""
-    global _GROUPS
     with _TAPS_LOCK:
-        _GROUPS = tuple(live for live in _GROUPS if live is not group)
+        _LIVE.groups = tuple(live for live in _LIVE.groups if live is not group)
         owners, group.owners = group.owners, []
         for owner in owners:
             class_tap = _TAPS[owner]

@@ -133,7 +133,7 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     targets = labelled_modules(model, None)
     try:
         with run_eagerly(), HookSet() as hooks:
-            hooks.hook_modules(targets, watch.pre, watch.post)
+            hooks.hook_modules(targets, watch.pre, watch.post, own_thread=True)
             run()
     finally:
         watch.clear()  # calls that never returned must not keep their inputs alive
