@@ -50,6 +50,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+from torch.compiler import is_compiling as _is_compiling
 from torch.fx import _symbolic_trace
 from torch.nn.modules import module as _torch_module
 
@@ -594,34 +595,25 @@ _TAPS_LOCK = threading.Lock()
 _LIVE = _Live()
 _UNKNOWN: Any = object()
 
-_FAKE_MODE = torch._C._TorchDispatchModeKey.FAKE
-_PROXY_MODE = torch._C._TorchDispatchModeKey.PROXY
-
 
 def _unobserved(args: tuple[Any, ...]) -> bool:
     """True for a call no engine may observe: traced or compiled (``torch.fx``'s symbolic
-    tracing, ``torch.export``, dynamo), under a fake or proxy dispatch mode, or on fake or
-    proxy arguments. Their values are not the model's values, and reading them (a
-    ``bool`` of a symbolic size, a reduction of a fake tensor) would break the trace or
-    record nothing true. Meta tensors are observed: capture records their metadata."""
-    if (
-        torch.compiler.is_compiling()
-        or _fx_tracing()
-        or torch._C._get_dispatch_mode(_FAKE_MODE) is not None
-        or torch._C._get_dispatch_mode(_PROXY_MODE) is not None
-    ):
-        return True
+    tracing, dynamo and so ``torch.export``'s strict mode) or on fake or proxy arguments
+    (``torch.export``, ``make_fx``, a ``FakeTensorMode``). Their values are not the model's
+    values, and reading them (a ``bool`` of a symbolic size, a reduction of a fake tensor)
+    would break the trace or record nothing true. Meta tensors are observed: capture
+    records their metadata. Every observed call pays for this check (about 0.2 us), so
+    the arguments are judged by their first tensor, and dispatch modes are not read."""
     for arg in args:
+        if type(arg) is torch.Tensor:
+            break
         if isinstance(arg, torch.Tensor):
-            if type(arg) is not torch.Tensor and _is_fake(arg):
+            if _is_fake(arg):
                 return True
-        elif isinstance(arg, torch.fx.Proxy):
+            break
+        if isinstance(arg, torch.fx.Proxy):
             return True
-    return False
-
-
-def _fx_tracing() -> bool:
-    return bool(_symbolic_trace._is_fx_tracing_flag)
+    return _is_compiling() or bool(_symbolic_trace._is_fx_tracing_flag)
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:
