@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vinlens.health import find_nonfinite_origin
+from vinlens.health import compare_models, find_nonfinite_origin
 from vinlens.hooks import HookSet, leftover_hooks
 
 
@@ -43,7 +43,7 @@ def _on_another_thread(model: nn.Module, x: torch.Tensor, times: int = 3) -> Non
             for _ in range(times):
                 model(x)
 
-    thread = threading.Thread(target=serve)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     thread.join(timeout=30)
     assert not thread.is_alive()
@@ -84,6 +84,31 @@ def test_nonfinite_origin_ignores_a_serving_thread_beside_it() -> None:
 
     assert find_nonfinite_origin(model, run) is None
     assert leftover_hooks(model.modules()) == []
+
+
+def test_compare_models_ignores_a_serving_thread_beside_it() -> None:
+    torch.manual_seed(0)
+    model_a = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    model_b = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    model_b.load_state_dict(model_a.state_dict())
+    x = torch.randn(3, 4)
+
+    def run(model: nn.Module) -> object:
+        out = model(x)
+        if model is model_a:  # a server forwarding model A on other requests meanwhile
+            _on_another_thread(model_a, torch.randn(5, 4))
+        return out
+
+    with torch.no_grad():
+        diff = compare_models(model_a, model_b, run)
+    assert [(m.module_path, m.call_index) for m in diff.modules] == [
+        ("0", 0),
+        ("1", 0),
+        ("2", 0),
+        ("<root>", 0),
+    ]
+    assert diff.first_divergent_path() is None
+    assert leftover_hooks(model_a.modules()) == [] and leftover_hooks(model_b.modules()) == []
 
 
 def test_scripting_a_tapped_class_compiles_its_original_forward() -> None:
