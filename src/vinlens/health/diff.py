@@ -221,7 +221,9 @@ def compare_models(
     of the models; the forwards themselves hold what they would hold when run
     alone, both at once. Gradient and inference modes, the torch thread count and
     the current CUDA device of the calling thread apply to both forwards; enter
-    any autocast inside ``run``.
+    any autocast inside ``run``. Only those two threads' module calls are compared:
+    ``run`` must drive the forward on the thread it is called on, and another
+    thread forwarding either model meanwhile (a server) is not observed.
 
     Args:
         model_a: Reference model (``relative_l2`` divides by its output's norm).
