@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,6 +280,30 @@ def _paired_targets(
     )
 
 
+def _callers_state() -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """A context that gives another thread the calling thread's gradient and inference
+    modes, torch thread count and current CUDA device (all per thread: a new thread would
+    otherwise use every core and device 0)."""
+    grad_enabled = torch.is_grad_enabled()
+    inference = torch.is_inference_mode_enabled()
+    threads = torch.get_num_threads()
+    cuda_device = (
+        torch.cuda.current_device()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
+
+    @contextlib.contextmanager
+    def apply() -> Iterator[None]:
+        torch.set_num_threads(threads)
+        if cuda_device is not None:
+            torch.cuda.set_device(cuda_device)
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
+            yield
+
+    return apply
+
+
 def _run_lockstep(
     step: _Lockstep,
     model_a: nn.Module,
@@ -294,16 +319,7 @@ def _run_lockstep(
     and a third thread serving either model meanwhile is not compared.
     """
     counts: dict[tuple[str, str], int] = {}
-    grad_enabled = torch.is_grad_enabled()
-    inference = torch.is_inference_mode_enabled()
-    # OpenMP thread counts are per thread: a new thread would otherwise use every core.
-    threads = torch.get_num_threads()
-    # So is the current CUDA device: model B's run must see the caller's.
-    cuda_device = (
-        torch.cuda.current_device()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
+    in_callers_state = _callers_state()
 
     def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
         arrive = step.arrive_a if side == "a" else step.arrive_b
@@ -318,14 +334,7 @@ def _run_lockstep(
 
     def run_b() -> None:
         try:
-            torch.set_num_threads(threads)
-            if cuda_device is not None:
-                torch.cuda.set_device(cuda_device)
-            with (
-                HookSet() as hooks_b,
-                torch.inference_mode(inference),
-                torch.set_grad_enabled(grad_enabled),
-            ):
+            with in_callers_state(), HookSet() as hooks_b:
                 hooks_b.hook_modules(targets_b, post=hook_for("b"), own_thread=True)
                 run(model_b)
         except _Abort:
