@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-import vinlens.health.diff as diff_module
+import vinlens.health._diff_metrics as diff_metrics
 from vinlens.health import compare_models
 from vinlens.model_inspection.summary import finite_pair_sums
 
@@ -72,7 +72,7 @@ def test_compare_models_gives_the_same_answers_with_and_without_the_compiled_pas
     x = torch.randn(2, 3, 12, 12)
     with torch.no_grad():
         compiled = compare_models(model_a, model_b, lambda m: m(x))
-        monkeypatch.setattr(diff_module, "finite_pair_sums", lambda a, b: None)
+        monkeypatch.setattr(diff_metrics, "finite_pair_sums", lambda a, b: None)
         torch_pass = compare_models(model_a, model_b, lambda m: m(x))
     assert [m.module_path for m in compiled.modules] == [m.module_path for m in torch_pass.modules]
     for fast, slow in zip(compiled.modules, torch_pass.modules, strict=True):

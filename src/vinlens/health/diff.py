@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -13,16 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from vinlens.health.summaries import (
-    check_callable,
-    check_model,
-    floating_tensors,
-    labelled_modules,
-    reducible,
-)
+from vinlens.health._diff_metrics import output_drift
+from vinlens.health.summaries import check_callable, check_model, floating_tensors, labelled_modules
 from vinlens.hooks import HookSet
-from vinlens.model_inspection import SummaryAccumulator, TensorSummary
-from vinlens.model_inspection.summary import BLOCK_ELEMENTS, finite_pair_sums, tensor_blocks
+from vinlens.model_inspection import TensorSummary
 from vinlens.wrappers import run_eagerly
 
 __all__ = ["ModelDiff", "ModuleDiff", "compare_models", "most_drifted"]
@@ -227,7 +222,9 @@ def compare_models(
     of the models; the forwards themselves hold what they would hold when run
     alone, both at once. Gradient and inference modes, the torch thread count and
     the current CUDA device of the calling thread apply to both forwards; enter
-    any autocast inside ``run``.
+    any autocast inside ``run``. Only those two threads' module calls are compared:
+    ``run`` must drive the forward on the thread it is called on, and another
+    thread forwarding either model meanwhile (a server) is not observed.
 
     Args:
         model_a: Reference model (``relative_l2`` divides by its output's norm).
@@ -248,50 +245,86 @@ def compare_models(
     check_model(model_a, "model_a")
     check_model(model_b, "model_b")
     check_callable(run, "takes a model and drives its forward")
+    targets_a, targets_b, unpaired = _paired_targets(model_a, model_b, module_paths)
+    step = _Lockstep()
+    _run_lockstep(step, model_a, model_b, run, targets_a, targets_b)
+    if step.failure is not None:
+        raise ValueError(step.failure)
+    return ModelDiff(modules=tuple(step.diffs), unpaired_paths=unpaired)
+
+
+def _paired_targets(
+    model_a: nn.Module, model_b: nn.Module, module_paths: Sequence[str] | None
+) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]], tuple[str, ...]]:
+    """Both models' (path, module) targets, paired by path, and the unpaired paths."""
     paths_a = dict(labelled_modules(model_a, None))
     paths_b = dict(labelled_modules(model_b, None))
     if module_paths is None:
         paired = [path for path in paths_a if path in paths_b]
     else:
-        wanted = [label for label, _ in labelled_modules(model_a, module_paths)]
-        missing = [path for path in wanted if path not in paths_b]
+        paired = [label for label, _ in labelled_modules(model_a, module_paths)]
+        missing = [path for path in paired if path not in paths_b]
         if missing:
             raise ValueError(
                 f"module path(s) {', '.join(repr(p) for p in missing)} exist in model_a "
                 "but not in model_b"
             )
-        paired = wanted
     _refuse_train_mode_randomness(paths_a, "model_a")
     if model_b is not model_a:
         _refuse_train_mode_randomness(paths_b, "model_b")
-    ids_b = {id(module) for module in paths_b.values()}
-    shared = {path for path in paired if id(paths_a[path]) in ids_b}
-    unpaired = tuple(
-        [p for p in paths_a if p not in paths_b] + [p for p in paths_b if p not in paths_a]
+    unpaired = [p for p in paths_a if p not in paths_b] + [p for p in paths_b if p not in paths_a]
+    return (
+        [(path, paths_a[path]) for path in paired],
+        [(path, paths_b[path]) for path in paired],
+        tuple(unpaired),
     )
-    step = _Lockstep()
-    counts: dict[tuple[str, str], int] = {}
-    thread_a = threading.get_ident()
+
+
+def _callers_state() -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """A context that gives another thread the calling thread's gradient and inference
+    modes, torch thread count and current CUDA device (all per thread: a new thread would
+    otherwise use every core and device 0)."""
     grad_enabled = torch.is_grad_enabled()
     inference = torch.is_inference_mode_enabled()
-    # OpenMP thread counts are per thread: a new thread would otherwise use every core.
     threads = torch.get_num_threads()
-    # So is the current CUDA device: model B's run must see the caller's.
     cuda_device = (
         torch.cuda.current_device()
         if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
         else None
     )
 
+    @contextlib.contextmanager
+    def apply() -> Iterator[None]:
+        torch.set_num_threads(threads)
+        if cuda_device is not None:
+            torch.cuda.set_device(cuda_device)
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
+            yield
+
+    return apply
+
+
+def _run_lockstep(
+    step: _Lockstep,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    run: Callable[[nn.Module], object],
+    targets_a: list[tuple[str, nn.Module]],
+    targets_b: list[tuple[str, nn.Module]],
+) -> None:
+    """Drive model A's forward here and model B's in a worker thread, in lockstep.
+
+    Each side's hooks observe only the thread that drives its forward (registered with
+    ``own_thread`` on that thread): a module in both models carries both sides' hooks,
+    and a third thread serving either model meanwhile is not compared.
+    """
+    counts: dict[tuple[str, str], int] = {}
+    in_callers_state = _callers_state()
+
     def hook_for(side: str) -> Callable[[str, tuple[Any, ...], Any], None]:
         arrive = step.arrive_a if side == "a" else step.arrive_b
 
         def post(label: str, args: tuple[Any, ...], output: Any) -> None:
-            # A module in both models carries both sides' hooks: the thread tells which
-            # forward called it. Any other module belongs to one side, whichever thread
-            # ``run`` drives its forward on.
-            if label in shared and (threading.get_ident() == thread_a) != (side == "a"):
-                return
             key = (side, label)
             index = counts.get(key, 0)
             counts[key] = index + 1
@@ -301,10 +334,8 @@ def compare_models(
 
     def run_b() -> None:
         try:
-            torch.set_num_threads(threads)
-            if cuda_device is not None:
-                torch.cuda.set_device(cuda_device)
-            with torch.inference_mode(inference), torch.set_grad_enabled(grad_enabled):
+            with in_callers_state(), HookSet() as hooks_b:
+                hooks_b.hook_modules(targets_b, post=hook_for("b"), own_thread=True)
                 run(model_b)
         except _Abort:
             return
@@ -317,16 +348,11 @@ def compare_models(
             step.condition.notify_all()
 
     failure_b: list[BaseException] = []
-    targets_a = [(path, paths_a[path]) for path in paired]
-    targets_b = [(path, paths_b[path]) for path in paired]
     worker = threading.Thread(target=run_b, name="vinlens-compare-model-b", daemon=True)
     # Compiled forwards run eagerly (the stance is process-wide, so model B's thread too):
     # compiled code would not call the hooks, and dynamo must not trace them.
-    # Forward taps serve both models (each call is matched by module identity, on either
-    # thread).
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets_a, post=hook_for("a"))
-        hooks.hook_modules(targets_b, post=hook_for("b"))
+        hooks.hook_modules(targets_a, post=hook_for("a"), own_thread=True)
         try:
             worker.start()
             try:
@@ -344,9 +370,6 @@ def compare_models(
         worker.join()
     if failure_b:
         raise failure_b[0]
-    if step.failure is not None:
-        raise ValueError(step.failure)
-    return ModelDiff(modules=tuple(step.diffs), unpaired_paths=unpaired)
 
 
 _RANDOM_IN_TRAINING = (
@@ -432,184 +455,5 @@ def _compare_outputs(
     tensors_a: list[tuple[str, torch.Tensor]],
     tensors_b: list[tuple[str, torch.Tensor]],
 ) -> ModuleDiff:
-    layout_a = [(p, tuple(t.shape)) for p, t in tensors_a]
-    layout_b = [(p, tuple(t.shape)) for p, t in tensors_b]
-    if layout_a != layout_b:
-        raise ValueError(
-            f"outputs of {path!r} differ in structure or shape: {layout_a} vs {layout_b}"
-        )
-    summary_a, summary_b = SummaryAccumulator(), SummaryAccumulator()
-    max_abs = 0.0
-    diff_sq = norm_a_sq = norm_b_sq = dot = 0.0
-    # The summaries first: they tell whether every value is finite, and then the pair pass
-    # needs no <a, b> (the cosine comes from the distance and the norms).
-    pairs_found: list[tuple[torch.Tensor, torch.Tensor, SummaryAccumulator, SummaryAccumulator]]
-    pairs_found = []
-    for (_, a), (_, b) in zip(tensors_a, tensors_b, strict=True):
-        a, b = reducible(a), reducible(b)  # float8: an exact float16 copy
-        part_a, part_b = SummaryAccumulator().update(a), SummaryAccumulator().update(b)
-        summary_a.merge(part_a)
-        summary_b.merge(part_b)
-        pairs_found.append((a, b, part_a, part_b))
-    every_finite = all(
-        part_a.finite + part_b.finite == 2 * a.numel() for a, _, part_a, part_b in pairs_found
-    )
-    for a, b, part_a, part_b in pairs_found:
-        if part_a.finite + part_b.finite != 2 * a.numel():
-            pairs: Iterator[tuple[float, float, float, float, float]] = _pair_moments(a, b)
-        else:
-            pairs = _finite_pair(a, b, part_a, part_b, product=not every_finite)
-        for block_max, block_diff, block_a, block_b, block_dot in pairs:
-            max_abs = block_max if math.isnan(block_max) else max(max_abs, block_max)
-            diff_sq += block_diff
-            norm_a_sq += block_a
-            norm_b_sq += block_b
-            dot += block_dot
-            if math.isnan(max_abs):
-                break
-    if diff_sq == 0.0:
-        relative = 0.0
-    elif norm_a_sq == 0.0:
-        relative = math.inf
-    else:
-        relative = math.sqrt(diff_sq) / math.sqrt(norm_a_sq)
-    if math.isnan(max_abs):
-        relative = math.nan
-    if norm_a_sq == 0.0 and norm_b_sq == 0.0:
-        cosine = 1.0
-    elif norm_a_sq == 0.0 or norm_b_sq == 0.0:
-        cosine = 0.0
-    elif every_finite:
-        cosine = _cosine_from_distance(diff_sq, norm_a_sq, norm_b_sq)
-    else:
-        cosine = dot / (math.sqrt(norm_a_sq) * math.sqrt(norm_b_sq))
-    return ModuleDiff(
-        module_path=path,
-        call_index=index,
-        max_abs_diff=max_abs,
-        relative_l2=relative,
-        cosine=cosine,
-        summary_a=summary_a.finish(),
-        summary_b=summary_b.finish(),
-    )
-
-
-def _cosine_from_distance(diff_sq: float, norm_a_sq: float, norm_b_sq: float) -> float:
-    """cos(a, b) from ``||a-b||^2``, ``||a||^2`` and ``||b||^2`` (the relative_l2 blocks).
-
-    ``1 - cos = (||a-b||^2 - (||a|| - ||b||)^2) / (2 ||a|| ||b||)``: the difference is
-    reduced from ``a - b`` itself, and the norms' own rounding cancels in
-    ``||a|| - ||b||`` to second order, so ``1 - cos`` keeps its relative precision near 1
-    where a float32 ``<a, b> / (||a|| ||b||)`` leaves ~1e-7 of absolute noise.
-    """
-    norm_a = math.sqrt(norm_a_sq)
-    norm_b = math.sqrt(norm_b_sq)
-    gap = norm_a - norm_b
-    one_minus = (diff_sq - gap * gap) / (2.0 * norm_a * norm_b)
-    return min(1.0, max(-1.0, 1.0 - one_minus))
-
-
-def _finite_pair(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    part_a: SummaryAccumulator,
-    part_b: SummaryAccumulator,
-    *,
-    product: bool,
-) -> Iterator[tuple[float, float, float, float, float]]:
-    """:func:`_finite_moments` of two all-finite outputs; on the CPU with the compiled pass
-    (:func:`~vinlens.model_inspection.summary.finite_pair_sums`), one float64 read of both
-    tensors, with ``||a||^2`` and ``||b||^2`` taken from their summaries (``M2 + n mean^2``,
-    float64, every value finite)."""
-    found = finite_pair_sums(a, b)
-    if found is None:
-        yield from _finite_moments(a, b, product=product)
-        return
-    largest, distance, dot = found
-    yield largest, distance, _squares(part_a), _squares(part_b), dot if product else 0.0
-
-
-def _squares(part: SummaryAccumulator) -> float:
-    """``sum(x^2)`` of an all-finite summary: ``M2 + n mean^2`` (both terms >= 0)."""
-    return part.m2 + part.finite * part.mean * part.mean
-
-
-def _finite_moments(
-    a: torch.Tensor, b: torch.Tensor, *, product: bool
-) -> Iterator[tuple[float, float, float, float, float]]:
-    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, <a,b>) per block of two all-finite outputs:
-    one ``aminmax`` of the difference (the one temporary per block) and dot products of the
-    blocks themselves, accumulated by the backend in the source precision. Without
-    ``product`` the last term is 0: when every output of the call is finite its cosine
-    needs no ``<a, b>`` (the norms' rounding then cancels in ``||a|| - ||b||``).
-    """
-    a = a.detach()
-    b = b.detach()
-    if a.device != b.device:
-        b = b.to(a.device)
-    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64):
-        yield from _pair_moments(a, b)
-        return
-    rows: list[torch.Tensor] = []
-    for block_a, block_b in zip(
-        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
-    ):
-        flat_a = block_a.reshape(-1)  # a view when the block is one run of memory
-        flat_b = block_b.reshape(-1)
-        if not flat_a.numel():
-            continue
-        delta = flat_a - flat_b
-        low, high = torch.aminmax(delta)
-        terms = [
-            torch.maximum(high, -low),
-            torch.dot(delta, delta),
-            torch.dot(flat_a, flat_a),
-            torch.dot(flat_b, flat_b),
-        ]
-        if product:
-            terms.append(torch.dot(flat_a, flat_b))
-        rows.append(torch.stack(terms))
-    if not rows:
-        return
-    for row in torch.stack(rows).to(torch.float64).tolist():
-        yield row[0], row[1], row[2], row[3], row[4] if product else 0.0
-
-
-def _pair_moments(
-    a: torch.Tensor, b: torch.Tensor
-) -> Iterator[tuple[float, float, float, float, float]]:
-    """(max |a-b|, ||a-b||^2, ||a||^2, ||b||^2, <a,b>) per bounded float64 block pair.
-
-    Equal values (NaN and infinities included) differ by zero; non-finite values
-    are left out of norms and products so one infinity does not hide the rest.
-    """
-    a = a.detach()
-    b = b.detach()
-    if a.device != b.device:
-        b = b.to(a.device)
-    f64 = torch.float64
-    rows: list[torch.Tensor] = []
-    for block_a, block_b in zip(
-        tensor_blocks(a, BLOCK_ELEMENTS), tensor_blocks(b, BLOCK_ELEMENTS), strict=True
-    ):
-        wide_a = block_a.to(f64)
-        wide_b = block_b.to(f64)
-        same = (wide_a == wide_b) | (torch.isnan(wide_a) & torch.isnan(wide_b))
-        delta = torch.where(same, 0.0, wide_a - wide_b).abs()
-        finite_a = torch.where(torch.isfinite(wide_a), wide_a, 0.0)
-        finite_b = torch.where(torch.isfinite(wide_b), wide_b, 0.0)
-        rows.append(
-            torch.stack(
-                [
-                    delta.amax() if delta.numel() else delta.new_zeros(()),
-                    torch.where(torch.isfinite(delta), delta, 0.0).square().sum(),
-                    finite_a.square().sum(),
-                    finite_b.square().sum(),
-                    (finite_a * finite_b).sum(),
-                ]
-            )
-        )
-    if not rows:
-        return
-    for row in torch.stack(rows).tolist():
-        yield row[0], row[1], row[2], row[3], row[4]
+    max_abs, relative, cosine, summary_a, summary_b = output_drift(path, tensors_a, tensors_b)
+    return ModuleDiff(path, index, max_abs, relative, cosine, summary_a, summary_b)

@@ -101,7 +101,9 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     not: a ``log`` of a negative value in module ``k`` is reported as ``k``, not
     as the modules that merely passed the NaN on. When no such call exists but a
     call received non-finite inputs, the first such call is reported with
-    ``input_nonfinite=True``.
+    ``input_nonfinite=True``. Only the module calls of the thread that calls this
+    function are observed: another thread forwarding the same model meanwhile (a
+    server) is not, nor are calls traced or on fake tensors.
 
     Only the reported call is summarized, so a finite forward costs one check per
     tensor. The origin's inputs are summarized when it returns: a module that
@@ -133,7 +135,7 @@ def find_nonfinite_origin(model: nn.Module, run: Callable[[], object]) -> NonFin
     targets = labelled_modules(model, None)
     try:
         with run_eagerly(), HookSet() as hooks:
-            hooks.hook_modules(targets, watch.pre, watch.post)
+            hooks.hook_modules(targets, watch.pre, watch.post, own_thread=True)
             run()
     finally:
         watch.clear()  # calls that never returned must not keep their inputs alive

@@ -204,7 +204,7 @@ def precision_headroom(
             rows.append(ModulePrecision(label, index, count, abs_max, over, under, headroom))
 
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets, None, post)
+        hooks.hook_modules(targets, None, post, own_thread=True)
         run()
     first = next((row.module_path for row in rows if row.overflow_count), None)
     return PrecisionReport(tuple(rows), first, str(target))

@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from vinlens.hooks import module_walk
 from vinlens.model_inspection import ROOT_PATH, TensorSummary
 from vinlens.model_inspection.capture import normalize_module_paths
 from vinlens.model_inspection.summary import SummaryCache
 from vinlens.model_inspection.walk import walk_tensors
-from vinlens.wrappers import named_modules, unwrap_model
+from vinlens.wrappers import fold_module_walk, unwrap_model
 
 __all__ = [
     "MAX_WALK_DEPTH",
@@ -161,9 +162,12 @@ def labelled_modules(
     """(path, module) for every module, or for the named paths (unknown ones refused).
 
     Paths are those of the original model (see :mod:`vinlens.wrappers`): on
-    ``torch.compile(model)`` the same as on ``model``.
+    ``torch.compile(model)`` the same as on ``model``. The walk is the one
+    :func:`vinlens.hooks.module_walk` keeps per model structure, shared with capture.
     """
-    modules = [(name or ROOT_PATH, module) for name, module in named_modules(model)]
+    original = unwrap_model(model)
+    walk = fold_module_walk(original, module_walk(original))
+    modules = [(name or ROOT_PATH, module) for name, module in walk]
     wanted = normalize_module_paths(module_paths)
     if wanted is None:
         return modules

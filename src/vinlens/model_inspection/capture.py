@@ -14,19 +14,17 @@ Three rules shape the implementation:
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import threading
 import types
 import warnings
-import weakref
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import torch
 from torch import nn
 
-from vinlens.hooks import CallPairing, HookSet
+from vinlens.hooks import CallPairing, HookSet, module_walk
 from vinlens.model_inspection._naming import ROOT_PATH, _qualified_type_name
 from vinlens.model_inspection.snapshots import (
     CaptureLimits,
@@ -37,7 +35,6 @@ from vinlens.model_inspection.snapshots import (
     _omission_reason,
     _row_major_prefix,
 )
-from vinlens.model_inspection.structure import _registered_modules
 from vinlens.model_inspection.summary import SummaryCache, TensorSummary, stored_elements
 from vinlens.model_inspection.walk import _arg_path, _WalkItem, walk_tensors
 from vinlens.wrappers import (
@@ -69,83 +66,6 @@ def _warn_stopped(label: str, index: int, direction: Direction, error: Exception
 
 
 # --------------------------------------------------------------------------- capture
-
-
-_Node: TypeAlias = tuple[str, "weakref.ref[nn.Module]", int, tuple[str, ...], tuple[int, ...]]
-
-
-class _Walk:
-    """One model's ``named_modules()`` pairs and what proves them current.
-
-    The walk is determined by each module's ``_modules`` table (same table object,
-    same names, same children in the same order), so comparing those tables with
-    the ones seen when the walk was made is enough to reuse it: it costs a third
-    of walking again on light CNNs. Only weak references and ids are kept, so a
-    cached walk never keeps a model or any of its modules alive; a child replaced
-    by a new object at a freed one's address is caught because the freed one's
-    weak reference is dead.
-    """
-
-    __slots__ = ("__weakref__", "model", "nodes")
-
-    def __init__(self, model: nn.Module, modules: list[tuple[str, nn.Module]]) -> None:
-        key = id(model)
-        this = weakref.ref(self)
-
-        def forget(_: object) -> None:
-            # Runs when the model is freed (possibly inside any other code): no lock.
-            if _WALKS.get(key) is this():
-                _WALKS.pop(key, None)
-
-        self.model = weakref.ref(model, forget)
-        self.nodes: list[_Node] = []
-        for name, module in modules:
-            table = module.__dict__["_modules"]
-            self.nodes.append(
-                (name, weakref.ref(module), id(table), tuple(table), tuple(map(id, table.values())))
-            )
-
-    def modules(self, model: nn.Module) -> list[tuple[str, nn.Module]] | None:
-        """The walk if ``model``'s module tree is unchanged since it was made, else None."""
-        if self.model() is not model:
-            return None
-        found: list[tuple[str, nn.Module]] = []
-        for name, ref, table_id, keys, child_ids in self.nodes:
-            module = ref()
-            if module is None:
-                return None
-            table = module.__dict__["_modules"]
-            if id(table) != table_id:
-                return None
-            if keys:
-                if tuple(table) != keys or tuple(map(id, table.values())) != child_ids:
-                    return None
-            elif table:
-                return None
-            found.append((name, module))
-        return found
-
-
-# Walks by model identity; an entry leaves when its model is freed.
-_WALKS: dict[int, _Walk] = {}
-
-
-def _module_walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``list(model.named_modules())``, reused while the model's module tree is unchanged."""
-    cached = _WALKS.get(id(model))
-    if cached is not None:
-        modules = cached.modules(model)
-        if modules is not None:
-            return modules
-    modules = _registered_modules(model)
-    default_walk = nn.Module.named_modules
-    # A class with its own named_modules may answer differently without any table
-    # changing: its models are walked every time.
-    if all(type(module).named_modules is default_walk for _, module in modules):
-        # Modules that refuse weak references are simply walked every time.
-        with contextlib.suppress(TypeError):
-            _WALKS[id(model)] = _Walk(model, modules)
-    return modules
 
 
 class ModelCapture:
@@ -260,7 +180,7 @@ class ModelCapture:
             )
         original = unwrap_model(self._model)
         # Paths of the original model: compile wrappers are folded away.
-        modules = fold_module_walk(original, _module_walk(original))
+        modules = fold_module_walk(original, module_walk(original))
         # A whole-model capture needs no path checks; _register labels modules as it goes.
         targets = modules if self._module_paths is None else self._resolve_targets(modules)
         self._active = True

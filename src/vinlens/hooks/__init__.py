@@ -20,7 +20,8 @@ Kinds of hooks:
   than a light CNN's BatchNorm or activation itself); a tap leaves ``_call_impl`` on
   its fast path and adds one Python frame. Taps are shared by every set and
   reference-counted per class under a lock; the original ``forward`` is put back
-  when the last set using it is removed. Modules a tap cannot serve (instance
+  when the last set using it is removed (the machinery is in ``vinlens.hooks._taps``,
+  imported only from here). Modules a tap cannot serve (instance
   hooks or an instance ``forward`` of their own, TorchScript, a ``forward`` that is
   not a Python function) get instance hooks;
 * full backward hooks and full backward pre-hooks on instances, and globally filtered
@@ -37,15 +38,31 @@ Designed after ``torch/utils/hooks.py`` (``RemovableHandle``) and Captum's
 
 from __future__ import annotations
 
-import functools
 import threading
 import types
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import torch
 from torch import nn
 from torch.nn.modules import module as _torch_module
+
+from vinlens.hooks._taps import (
+    _LIVE,
+    _TAPS,
+    _TAPS_LOCK,
+    _ClassTap,
+    _file,
+    _filing,
+    _filing_key,
+    _remember_filing,
+    _second,
+    _TapGroup,
+    _unobserved,
+    _untap,
+    has_forward_hooks,
+    module_walk,
+)
 
 __all__ = [
     "BackwardHook",
@@ -58,6 +75,7 @@ __all__ = [
     "LabelledPreHook",
     "has_forward_hooks",
     "leftover_hooks",
+    "module_walk",
 ]
 
 #: ``pre(label, args, kwargs)``: a module call is about to run (kwargs ``{}`` when none).
@@ -74,11 +92,6 @@ BackwardHook: TypeAlias = Callable[[nn.Module, tuple[Any, ...], tuple[Any, ...]]
 BackwardPreHook: TypeAlias = Callable[[nn.Module, tuple[Any, ...]], Any]
 
 _Payload = TypeVar("_Payload")
-
-
-def has_forward_hooks(module: nn.Module) -> bool:
-    """True when ``module`` carries instance forward (pre-)hooks of its own."""
-    return bool(module._forward_pre_hooks or module._forward_hooks)
 
 
 def leftover_hooks(modules: Iterable[nn.Module] = ()) -> list[str]:
@@ -209,13 +222,13 @@ class HookSet:
 
     def full_backward(self, module: nn.Module, hook: BackwardHook, *, prepend: bool = False) -> Any:
         """``module.register_full_backward_hook``; ``hook(module, grad_input, grad_output)``."""
-        return self._keep(module.register_full_backward_hook(hook, prepend=prepend))
+        return self._keep(module.register_full_backward_hook(cast(Any, hook), prepend=prepend))
 
     def full_backward_pre(
         self, module: nn.Module, hook: BackwardPreHook, *, prepend: bool = False
     ) -> Any:
         """``module.register_full_backward_pre_hook``; ``hook(module, grad_output)``."""
-        return self._keep(module.register_full_backward_pre_hook(hook, prepend=prepend))
+        return self._keep(module.register_full_backward_pre_hook(cast(Any, hook), prepend=prepend))
 
     def tensor(self, tensor: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> Any:
         """``tensor.register_hook``: ``hook(grad)`` when the tensor's gradient is computed.
@@ -242,6 +255,7 @@ class HookSet:
         *,
         always_call: bool = False,
         use_global: bool = True,
+        own_thread: bool = False,
     ) -> None:
         """``pre``/``post`` around every call of every target module, labelled by path.
 
@@ -256,37 +270,34 @@ class HookSet:
         The pre-hook receives kwargs (``{}`` when none). A module reached under two
         labels keeps the first. With ``always_call``, ``post`` also runs (with output
         None) when the forward raises an ``Exception``, as PyTorch's always-called
-        hooks do.
+        hooks do. With ``own_thread``, only calls made on the thread that calls this
+        method are observed: an engine driving a forward must not merge in another
+        thread serving the same model meanwhile.
+
+        Calls on fake or proxy tensors (``torch.fx`` tracing, ``torch.export``,
+        dynamo) run the original ``forward`` unobserved, whichever way they are hooked.
         """
-        instance: dict[int, tuple[str, nn.Module]] = {}
-        filed: dict[int, tuple[str, type]] = {}
-        owners: dict[type, type | None] = {}  # per class: whose forward a call runs
         tappable = use_global and (pre is not None or post is not None)
-        for label, module in targets:
-            key = id(module)
-            if key in filed or key in instance:
-                continue
-            cls = type(module)
-            owner = owners.get(cls, _UNKNOWN) if tappable else None
-            if owner is _UNKNOWN:
-                owner = owners[cls] = _tap_owner(cls)
-            # An instance forward of its own, or instance hooks: a tap would not see theirs.
-            if owner is None or "forward" in module.__dict__ or has_forward_hooks(module):
-                instance[key] = (label, module)
-                continue
-            filed[key] = (label, owner)
-        if filed:
-            self._tap(_TapGroup(filed, [module for _, module in targets], pre, post, always_call))
+        thread = threading.get_ident() if own_thread else None
+        modules = list(map(_second, targets))
+        instance: dict[int, tuple[str, nn.Module]] = {}
+        key = _filing_key(targets, modules) if tappable else None
+        filing = _filing(key, modules)
+        if filing is None:
+            filing = _file(targets, tappable, instance)
+            if key is not None and not instance:
+                _remember_filing(key, filing)
+        if filing[0]:
+            self._tap(_TapGroup(filing, modules, pre, post, always_call, thread))
         for label, module in instance.values():
             if pre is not None:
-                self.forward_pre(module, _instance_pre(label, pre), with_kwargs=True)
+                self.forward_pre(module, _instance_pre(label, pre, thread), with_kwargs=True)
             if post is not None:
-                self.forward(module, _instance_post(label, post), always_call=always_call)
+                self.forward(module, _instance_post(label, post, thread), always_call=always_call)
 
     def _tap(self, group: _TapGroup) -> None:
         """Make ``group`` live: tap each class it needs, then publish it to the taps."""
-        global _GROUPS
-        needed = {owner for _, owner in group.filed.values()}
+        needed = set(group.classes.values())
         # Removed even when tapping fails part way (a class refusing setattr).
         self.on_remove(lambda: _untap(group))
         with _TAPS_LOCK:
@@ -298,7 +309,7 @@ class HookSet:
                     _TAPS[owner] = class_tap
                 class_tap.groups += 1
                 group.owners.append(owner)
-            _GROUPS = (*_GROUPS, group)
+            _LIVE.groups = (*_LIVE.groups, group)
 
     # -- labelled backward hooks over many modules -------------------------------------
 
@@ -339,7 +350,7 @@ class HookSet:
                 if label is not None:
                     call_pre(label, grad_output)
 
-            self._keep(_torch_module.register_module_full_backward_pre_hook(global_pre))
+            self._keep(_torch_module.register_module_full_backward_pre_hook(cast(Any, global_pre)))
         if post is not None:
             call_post = post
 
@@ -350,23 +361,25 @@ class HookSet:
                 if label is not None:
                     call_post(label, grad_input, grad_output)
 
-            self._keep(_torch_module.register_module_full_backward_hook(global_post))
+            self._keep(_torch_module.register_module_full_backward_hook(cast(Any, global_post)))
 
 
 def _instance_pre(
-    label: str, pre: LabelledPreHook
+    label: str, pre: LabelledPreHook, thread: int | None
 ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
     def pre_hook(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        pre(label, args, kwargs)
+        if (thread is None or threading.get_ident() == thread) and not _unobserved(args):
+            pre(label, args, kwargs)
 
     return pre_hook
 
 
 def _instance_post(
-    label: str, post: LabelledPostHook
+    label: str, post: LabelledPostHook, thread: int | None
 ) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
     def post_hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        post(label, args, output)
+        if (thread is None or threading.get_ident() == thread) and not _unobserved(args):
+            post(label, args, output)
 
     return post_hook
 
@@ -383,131 +396,6 @@ def _instance_backward(label: str, post: LabelledBackwardHook) -> BackwardHook:
         post(label, grad_input, grad_output)
 
     return hook
-
-
-class _TapGroup:
-    """One :meth:`HookSet.hook_modules` call served by taps: its modules and callbacks.
-
-    ``filed`` maps each module's id to its label and the class whose forward its calls
-    run; ``modules`` holds the modules themselves, so no id can be reused by another
-    module while the group is live.
-    """
-
-    __slots__ = ("always_call", "filed", "modules", "owners", "post", "pre")
-
-    def __init__(
-        self,
-        filed: dict[int, tuple[str, type]],
-        modules: list[nn.Module],
-        pre: LabelledPreHook | None,
-        post: LabelledPostHook | None,
-        always_call: bool,
-    ) -> None:
-        self.filed = filed
-        self.modules = modules
-        self.pre = pre
-        self.post = post
-        self.always_call = always_call
-        self.owners: list[type] = []  # classes this group holds a tap on
-
-
-_TAPS_LOCK = threading.Lock()
-# Live groups, replaced (never changed in place) under the lock: a tap reads it unlocked.
-_GROUPS: tuple[_TapGroup, ...] = ()
-_UNKNOWN: Any = object()
-
-
-def _tapped_call(
-    hits: tuple[tuple[_TapGroup, str], ...],
-    original: Callable[..., Any],
-    module: nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    for group, label in hits:
-        if group.pre is not None:
-            group.pre(label, args, kwargs)
-    try:
-        output = original(module, *args, **kwargs)
-    except Exception:
-        for group, label in hits:
-            if group.always_call and group.post is not None:
-                group.post(label, args, None)
-        raise
-    for group, label in hits:
-        if group.post is not None:
-            group.post(label, args, output)
-    return output
-
-
-class _ClassTap:
-    """A class's ``forward``, replaced by one that serves the modules of live groups.
-
-    A call is served when a live group filed its module under this class (a subclass's
-    ``super().forward`` runs its parent's tap with an instance filed under the
-    subclass: not served twice). Every other call (other models, data-parallel
-    replicas, copies) runs the original after one dictionary miss per live group. The
-    replacement keeps the original's name, docstring and signature
-    (``functools.update_wrapper``: ``inspect.signature`` follows ``__wrapped__``).
-    """
-
-    __slots__ = ("function", "groups", "original", "owner")
-
-    def __init__(self, owner: type) -> None:
-        original = owner.__dict__["forward"]
-
-        def forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            key = id(module)
-            hits: tuple[tuple[_TapGroup, str], ...] = ()
-            for group in _GROUPS:
-                found = group.filed.get(key)
-                if found is not None and found[1] is owner:
-                    hits = (*hits, (group, found[0]))
-            if not hits:
-                return original(module, *args, **kwargs)
-            return _tapped_call(hits, original, module, args, kwargs)
-
-        functools.update_wrapper(forward, original)
-        self.owner = owner
-        self.original = original
-        self.function = forward
-        self.groups = 0  # live groups that need this tap
-
-
-# Class taps by the class whose ``forward`` they replace; present while a group needs it.
-_TAPS: dict[type, _ClassTap] = {}
-
-
-def _tap_owner(cls: type) -> type | None:
-    """The class whose ``forward`` an instance of ``cls`` runs, when a tap can serve it."""
-    for base in cls.__mro__:
-        function = base.__dict__.get("forward")
-        if function is None:
-            continue
-        if base is nn.Module:
-            return None  # no forward at all (ModuleList, ModuleDict): never called
-        # A live tap is a plain function too. TorchScript's forward and any other
-        # descriptor are left to instance hooks.
-        return base if isinstance(function, types.FunctionType) else None
-    return None
-
-
-def _untap(group: _TapGroup) -> None:
-    """Retire ``group``; restore each class whose tap no live group needs any more."""
-    global _GROUPS
-    with _TAPS_LOCK:
-        _GROUPS = tuple(live for live in _GROUPS if live is not group)
-        owners, group.owners = group.owners, []
-        for owner in owners:
-            class_tap = _TAPS[owner]
-            class_tap.groups -= 1
-            if class_tap.groups:
-                continue
-            del _TAPS[owner]
-            # A forward set on the class after ours (another patch wrapping ours) stays:
-            # ours, with no group left, passes every call straight through.
-            if owner.__dict__.get("forward") is class_tap.function:
-                type.__setattr__(owner, "forward", class_tap.original)
 
 
 class CallPairing(Generic[_Payload]):
