@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from vinlens.health import compare_models, find_nonfinite_origin
+from vinlens.health import collect_activation_stats, compare_models, find_nonfinite_origin
 from vinlens.hooks import HookSet, leftover_hooks
 
 
@@ -146,4 +146,22 @@ def test_symbolic_trace_export_and_fake_calls_pass_through_unobserved() -> None:
     assert seen == ["fc", "act", "<root>"]
     assert torch.allclose(traced(x), model(x))
     assert torch.allclose(exported.module()(x), model(x))
+    assert leftover_hooks(model.modules()) == []
+
+
+def test_activation_stats_ignore_a_serving_thread_beside_them() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    batches = [torch.randn(3, 4), torch.randn(3, 4)]
+
+    def run(net: nn.Module, batch: torch.Tensor) -> object:
+        out = net(batch)
+        _on_another_thread(net, torch.randn(5, 4))  # a server's requests meanwhile
+        return out
+
+    stats = collect_activation_stats(model, batches, run)
+    # Two batches of three rows on the analysis thread only: the server's 3 x 5 rows per
+    # batch are not these statistics'.
+    assert stats.modules["2"].count == 2 * 3 * 2
+    assert stats.modules["0"].count == 2 * 3 * 4
     assert leftover_hooks(model.modules()) == []

@@ -219,5 +219,5 @@ def test_forwards_on_another_thread_than_the_engines_are_not_observed() -> None:
     origin = find_nonfinite_origin(broken, lambda: broken(x))
     assert origin is not None and origin.module_path == "1"
     stats = collect_activation_stats(a, [x], lambda m, batch: _on_a_helper_thread(m, batch))
-    assert stats.modules["2"].count == 6
+    assert all(module.count == 0 for module in stats.modules.values())
     assert_no_hooks(a, b, broken)

@@ -184,6 +184,7 @@ def _stats_task(task: _StatsTask) -> ActivationAccumulator:
             hooks.hook_modules(
                 labelled_modules(model, task.module_paths),
                 post=collector.post,
+                own_thread=True,
             )
             return collector.shard(model, task.source.batches(task.shard), task.run, None)
     finally:
@@ -314,7 +315,7 @@ def _local_stats(
     result = ActivationAccumulator()
     collector = _Collector()
     with run_eagerly(), HookSet() as hooks:
-        hooks.hook_modules(targets, post=collector.post)
+        hooks.hook_modules(targets, post=collector.post, own_thread=True)
         if progress is not None and total is not None:
             progress(0, total)
         for done, shard in enumerate(shards, start=1):
