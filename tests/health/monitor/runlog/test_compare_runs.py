@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,32 @@ def test_refusals(base: Path, tmp_path: Path) -> None:
     TrainingMonitor(Net(), log_dir=empty).close()  # a run that logged no step
     with pytest.raises(ValueError, match="no step in common"):
         compare_runs(base, empty)
+
+
+def test_run_diff_exit_codes_and_json(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vinlens.cli import main
+
+    same = train(tmp_path / "same")
+    assert main(["run", "diff", str(base), str(same)]) == 0
+    assert "identical" in capsys.readouterr().out
+    forward = train(tmp_path / "forward", plant="forward", at=5)
+    assert main(["run", "diff", str(base), str(forward), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["identical"], report["first_step"], report["cause"]) == (False, 5, "forward")
+    assert (report["module"], report["rank"]) == ("block.0", 0)
+    rows = {m["path"]: m for m in report["modules"]}
+    assert rows["block.0"] == {"path": "block.0", "weights": 6, "outputs": 5, "grads": 5}
+    assert main(["run", "diff", str(base), str(forward)]) == 1
+    text = capsys.readouterr().out
+    assert "step 5, rank 0, cause forward, module block.0" in text
+    lines = text.splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("module"))) + 2 :]
+    assert table[0].split()[0] == "block.0"  # the table is in step order
+    assert main(["run", "diff", str(base), str(forward), "--rtol", "1e-2", "--atol", "1e-2"]) == 0
+    capsys.readouterr()
+    assert main(["run", "diff", str(base), str(tmp_path / "nothing")]) == 2
+    assert "is not a vinlens run log" in capsys.readouterr().out
+    assert main(["run", "diff", str(base), str(forward), "--rank", "3"]) == 2
+    assert "ranks must be among" in capsys.readouterr().out

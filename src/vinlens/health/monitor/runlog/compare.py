@@ -366,6 +366,7 @@ def compare_runs(
     atol: float = 0.0,
     storage_options_a: Mapping[str, Any] | None = None,
     storage_options_b: Mapping[str, Any] | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> RunDivergence:
     """Where two runs that should be equal part ways, from their run logs.
 
@@ -386,10 +387,12 @@ def compare_runs(
         a, b: Run log directories or URLs, or :class:`TrainingRun` objects.
         rtol, atol: Relative and absolute tolerances.
         storage_options_a, storage_options_b: fsspec options for URLs ``a`` and ``b``.
+        ranks: Compare these ranks only (None: every rank).
 
     Raises:
         FileNotFoundError: ``a`` or ``b`` is not a run log.
-        ValueError: negative tolerances, different world sizes or ranks, or no step in common.
+        ValueError: negative tolerances, different world sizes or ranks, a rank in ``ranks``
+            the runs lack, or no step in common.
     """
     for name, value in (("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -411,7 +414,11 @@ def compare_runs(
     tolerances = (float(rtol), float(atol))
     rows = _Rows({}, {}, {})
     found: list[_Found] = []
-    pairs = [_pair(run_a, run_b, rank) for rank in run_a.ranks]
+    chosen = run_a.ranks if ranks is None else tuple(sorted(set(ranks)))
+    missing = [r for r in chosen if r not in run_a.ranks]
+    if missing or not chosen:
+        raise ValueError(f"ranks must be among the runs' ranks {list(run_a.ranks)}, got {ranks!r}")
+    pairs = [_pair(run_a, run_b, rank) for rank in chosen]
     if not len(pairs[0].steps):
         raise ValueError(
             f"{run_a.log_dir!r} and {run_b.log_dir!r} have no step in common (rank"
