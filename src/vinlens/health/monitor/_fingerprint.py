@@ -99,6 +99,9 @@ class StepPrints:
     ``torch.compile`` or DDP wrapper included, so that the hook runs eagerly outside any
     compiled code) is held for the monitor's life and records the first call of each step.
     Without a run log (``log`` None) it registers nothing and each call returns at once.
+    A model compiled in place (``model.compile()``) runs its hooks inside its compiled call,
+    where dynamo would trace them: its inputs are not fingerprinted (logged as ``()``, which
+    :func:`~vinlens.health.compare_runs` reads as "not recorded").
     """
 
     def __init__(
@@ -118,7 +121,7 @@ class StepPrints:
         self._grad_order: list[int] = []
         self._last_order: tuple[list[str], list[str]] | None = None
         self._hooks = HookSet()
-        if log is not None:
+        if log is not None and getattr(model, "_compiled_call_impl", None) is None:
             self._hooks.forward_pre(model, self._pre, with_kwargs=True)
 
     def _targets(self) -> list[tuple[nn.Parameter, int]]:

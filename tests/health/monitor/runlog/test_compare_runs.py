@@ -263,3 +263,49 @@ def test_run_diff_exit_codes_and_json(
     assert "is not a vinlens run log" in capsys.readouterr().out
     assert main(["run", "diff", str(base), str(forward), "--rank", "3"]) == 2
     assert "ranks must be among" in capsys.readouterr().out
+
+
+def _strip_fingerprints(log: Path) -> None:
+    """Rewrite a log's segments as a writer without fingerprints wrote them."""
+    from vinlens.health.monitor.runlog.format import (
+        FINGERPRINTS,
+        HEADER_SIZE,
+        ORDER,
+        iter_records,
+    )
+
+    for segment in log.glob("rank-*/seg-*.vlr"):
+        data = segment.read_bytes()
+        kept = b"".join(
+            data[offset - HEADER_SIZE : end]
+            for kind, offset, end in iter_records(data)
+            if kind not in (FINGERPRINTS, ORDER)
+        )
+        assert len(kept) < len(data)  # the segment held fingerprints
+        segment.write_bytes(kept)
+
+
+def test_a_log_without_fingerprints_compares_on_what_it_has(base: Path, tmp_path: Path) -> None:
+    old = train(tmp_path / "old", plant="forward", at=5)
+    _strip_fingerprints(old)
+    assert not open_run(old).fingerprints().logged
+    result = compare_runs(base, old)
+    assert (result.first_step, result.cause, result.module) == (5, "forward", "block.0")
+    assert result.note is not None and "without every-step fingerprints" in result.note
+    same = train(tmp_path / "same")
+    _strip_fingerprints(same)
+    assert compare_runs(base, same).identical
+
+
+def test_runs_with_other_module_paths_compare_on_the_shared_ones(
+    base: Path, tmp_path: Path
+) -> None:
+    class Wider(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = nn.Identity()
+
+    torch.manual_seed(0)
+    result = compare_runs(base, train(tmp_path / "b", model=Wider()))
+    assert result.identical and result.unmatched == ("extra",)
+    assert "extra" not in {m.path for m in result.modules}

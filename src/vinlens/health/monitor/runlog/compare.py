@@ -189,7 +189,10 @@ def _first(mask: np.ndarray[Any, Any]) -> int | None:
 def _inputs_differ(
     a: Sequence[Any], b: Sequence[Any], rtol: float, atol: float
 ) -> tuple[str, float, float] | None:
-    """The first field of two steps' root inputs that differs, with its values."""
+    """The first field of two steps' root inputs that differs, with its values (none when
+    either run recorded no input: a root compiled in place, or not called that step)."""
+    if not a or not b:
+        return None
     if len(a) != len(b):
         return "inputs.count", float(len(a)), float(len(b))
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
