@@ -401,14 +401,7 @@ def compare_runs(
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     run_a, run_b = _open(a, storage_options_a), _open(b, storage_options_b)
-    if run_a.ranks != run_b.ranks:
-        raise ValueError(
-            f"cannot compare runs of different world sizes: {run_a.log_dir!r} has ranks"
-            f" {list(run_a.ranks)}, {run_b.log_dir!r} has ranks {list(run_b.ranks)}"
-        )
-    world = {run.meta(run.ranks[0]).get("world_size") for run in (run_a, run_b)}
-    if len(world) > 1:
-        raise ValueError(f"cannot compare runs of different world sizes {sorted(map(str, world))}")
+    pairs = _pairs(run_a, run_b, ranks)
     paths_a, paths_b = run_a.module_paths, run_b.module_paths
     shared = [p for p in paths_a if p in set(paths_b)]
     unmatched = tuple(p for p in paths_a if p not in set(paths_b)) + tuple(
@@ -417,16 +410,6 @@ def compare_runs(
     tolerances = (float(rtol), float(atol))
     rows = _Rows({}, {}, {})
     found: list[_Found] = []
-    chosen = run_a.ranks if ranks is None else tuple(sorted(set(ranks)))
-    missing = [r for r in chosen if r not in run_a.ranks]
-    if missing or not chosen:
-        raise ValueError(f"ranks must be among the runs' ranks {list(run_a.ranks)}, got {ranks!r}")
-    pairs = [_pair(run_a, run_b, rank) for rank in chosen]
-    if not len(pairs[0].steps):
-        raise ValueError(
-            f"{run_a.log_dir!r} and {run_b.log_dir!r} have no step in common (rank"
-            f" {pairs[0].rank}): nothing to compare"
-        )
     order: tuple[str, ...] = ()
     for pair in pairs:
         fa = pair.prints[0] if pair.prints else run_a.fingerprints(pair.rank)
@@ -436,44 +419,49 @@ def compare_runs(
         _series_candidates(pair, tolerances, found)
     notes = [] if all(p.prints for p in pairs) else [_NO_PRINTS]
     production = [*order, *(p for p in shared if p not in set(order))]
-    modules = tuple(
-        ModuleDivergence(p, rows.weights.get(p), rows.outputs.get(p), rows.grads.get(p))
-        for p in production
-    )
-    common = dict(
-        steps_compared=len(pairs[0].steps),
-        ranks=tuple(p.rank for p in pairs),
-        modules=modules,
-        unmatched=unmatched,
-    )
-    if not found:
-        return RunDivergence(
-            identical=True,
-            first_step=None,
-            rank=None,
-            cause=None,
-            module=None,
-            field=None,
-            value_a=None,
-            value_b=None,
-            note="; ".join(notes) or None,
-            **common,  # type: ignore[arg-type]
-        )
-    first = min(found, key=lambda f: (f.step, f.order, f.rank))
-    if first.note:
+    first = min(found, key=lambda f: (f.step, f.order, f.rank)) if found else None
+    if first is not None and first.note:
         notes.insert(0, first.note)
     return RunDivergence(
-        identical=False,
-        first_step=first.step,
-        rank=first.rank,
-        cause=first.cause,
-        module=first.module,
-        field=first.field,
-        value_a=float(first.value_a),
-        value_b=float(first.value_b),
+        identical=first is None,
+        steps_compared=len(pairs[0].steps),
+        ranks=tuple(p.rank for p in pairs),
+        first_step=None if first is None else first.step,
+        rank=None if first is None else first.rank,
+        cause=None if first is None else first.cause,
+        module=None if first is None else first.module,
+        field=None if first is None else first.field,
+        value_a=None if first is None else float(first.value_a),
+        value_b=None if first is None else float(first.value_b),
+        modules=tuple(
+            ModuleDivergence(p, rows.weights.get(p), rows.outputs.get(p), rows.grads.get(p))
+            for p in production
+        ),
+        unmatched=unmatched,
         note="; ".join(notes) or None,
-        **common,  # type: ignore[arg-type]
     )
+
+
+def _pairs(run_a: TrainingRun, run_b: TrainingRun, ranks: Sequence[int] | None) -> list[_Pair]:
+    """The ranks to compare, aligned; refuses runs that cannot be compared."""
+    if run_a.ranks != run_b.ranks:
+        raise ValueError(
+            f"cannot compare runs of different world sizes: {run_a.log_dir!r} has ranks"
+            f" {list(run_a.ranks)}, {run_b.log_dir!r} has ranks {list(run_b.ranks)}"
+        )
+    world = {str(run.meta(run.ranks[0]).get("world_size")) for run in (run_a, run_b)}
+    if len(world) > 1:
+        raise ValueError(f"cannot compare runs of different world sizes {sorted(world)}")
+    chosen = run_a.ranks if ranks is None else tuple(sorted(set(ranks)))
+    if not chosen or any(r not in run_a.ranks for r in chosen):
+        raise ValueError(f"ranks must be among the runs' ranks {list(run_a.ranks)}, got {ranks!r}")
+    pairs = [_pair(run_a, run_b, rank) for rank in chosen]
+    if not len(pairs[0].steps):
+        raise ValueError(
+            f"{run_a.log_dir!r} and {run_b.log_dir!r} have no step in common (rank"
+            f" {pairs[0].rank}): nothing to compare"
+        )
+    return pairs
 
 
 def relative_difference(
