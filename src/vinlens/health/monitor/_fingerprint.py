@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from vinlens.health.summaries import labelled_modules
 from vinlens.hooks import HookSet
@@ -27,6 +26,19 @@ if TYPE_CHECKING:
     from vinlens.health.monitor.runlog.writer import RunLogWriter
 
 __all__ = ["StepPrints"]
+
+
+def _tensors(value: object, found: list[torch.Tensor], depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in ``value`` (nested tuples, lists and dict values), in order."""
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif depth < 8 and isinstance(value, tuple | list):
+        for item in value:
+            _tensors(item, found, depth + 1)
+    elif depth < 8 and isinstance(value, dict):
+        for item in value.values():
+            _tensors(item, found, depth + 1)
+    return found
 
 
 def _own_parameters(
@@ -137,7 +149,7 @@ class StepPrints:
         if not self._armed or threading.get_ident() != self._thread:
             return
         self._armed = False
-        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = _tensors((args, kwargs), [])
         if not tensors:
             return
         with torch.no_grad():

@@ -309,3 +309,28 @@ def test_runs_with_other_module_paths_compare_on_the_shared_ones(
     result = compare_runs(base, train(tmp_path / "b", model=Wider()))
     assert result.identical and result.unmatched == ("extra",)
     assert "extra" not in {m.path for m in result.modules}
+
+
+def test_inputs_of_every_kind_are_fingerprinted_at_the_first_call(tmp_path: Path) -> None:
+    class Lookup(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+
+        def forward(self, batch: dict[str, torch.Tensor], *, scale: torch.Tensor) -> torch.Tensor:
+            return (self.embed(batch["ids"]) * scale).sum()
+
+    model = Lookup()
+    ids = torch.tensor([[1, 2], [3, 8]])
+    with TrainingMonitor(model, every=1, log_dir=tmp_path / "run") as monitor:
+        for step in range(2):
+
+            def run(step: int = step) -> torch.Tensor:
+                loss = model({"ids": ids + step}, scale=torch.tensor(2.0))
+                model({"ids": ids * 0}, scale=torch.tensor(5.0))  # a second call: not recorded
+                loss.backward()
+                return loss
+
+            monitor.run_step(run)
+    prints = open_run(tmp_path / "run").fingerprints()
+    assert prints.inputs[1] == (((2, 2), "int64", 18.0, 110.0), ((), "float32", 2.0, 4.0))
