@@ -334,3 +334,21 @@ def test_inputs_of_every_kind_are_fingerprinted_at_the_first_call(tmp_path: Path
             monitor.run_step(run)
     prints = open_run(tmp_path / "run").fingerprints()
     assert prints.inputs[1] == (((2, 2), "int64", 18.0, 110.0), ((), "float32", 2.0, 4.0))
+
+
+def test_a_logged_step_costs_the_documented_bytes(base: Path) -> None:
+    from vinlens.health.monitor.runlog.format import FINGERPRINTS, iter_records
+
+    modules = len(open_run(base).module_paths)
+    (segment,) = (base / "rank-00000").glob("seg-*.vlr")
+    data = segment.read_bytes()
+    records = [(offset, end) for kind, offset, end in iter_records(data) if kind == FINGERPRINTS]
+    steps = 10
+    signature = b'[[[[16, 4], "float32"]]]'  # the inputs' shapes and dtypes, once a record
+    payload = sum(end - offset for offset, end in records)
+    # 16 * modules + 16 * inputs + 12 a step (an odd batch pads 4 bytes), 16 + the signature
+    # a record.
+    per_record = 16 + len(signature)
+    assert payload - len(records) * per_record in {
+        steps * (16 * modules + 16 + 12) + 4 * pads for pads in range(len(records) + 1)
+    }
