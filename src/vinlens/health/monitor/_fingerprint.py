@@ -54,9 +54,19 @@ def _own_parameters(
     ]
 
 
+def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; asynchronously unless the copy lands on the CPU (where an
+    asynchronous copy from an accelerator could be read before it is written)."""
+    if tensor.device == device:
+        return tensor
+    return tensor.to(device, non_blocking=device.type != "cpu")
+
+
 class _Norms:
     """Per-module L2 norms of a set of tensors: one ``_foreach_norm`` per device and dtype
-    in float64, the squares summed per module with ``index_add_`` on the device."""
+    in float64, each module's squares gathered into a ``(modules, most owned)`` block and
+    summed along its rows on the device. A sum along a dimension is deterministic where
+    ``index_add_`` is not (atomics on CUDA): two equal runs log equal bits."""
 
     def __init__(self, modules: int) -> None:
         self._modules = modules
@@ -66,19 +76,17 @@ class _Norms:
         self._empty: torch.Tensor | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor | None], rows: Sequence[int]) -> torch.Tensor:
-        key = tuple(
-            None if t is None else (t.device, t.dtype) for t in tensors
-        )  # where each tensor lives: the index tensors are rebuilt only when it changes
+        # Where each tensor lives: the gather indices are rebuilt only when that changes.
+        key = tuple(None if t is None else (t.device, t.dtype) for t in tensors)
         if key != self._key:
             self._plan(tensors, rows, key)
         total = None
-        for indices, index in self._groups:
+        for indices, gather in self._groups:
             group = [t for t in (tensors[i] for i in indices) if t is not None]
             dense = [t.coalesce().values() if t.is_sparse else t for t in group]
             norms = torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float64))
-            squares = torch.zeros(self._modules, dtype=torch.float64, device=norms.device)
-            squares.index_add_(0, index, norms.square())
-            squares = squares.to(self._device, non_blocking=True)
+            padded = torch.cat((norms.square(), norms.new_zeros(1)))  # the pad gathers a 0
+            squares = _moved(padded[gather].sum(dim=1), self._device)
             total = squares if total is None else total + squares
         if total is None:
             total = torch.zeros(self._modules, dtype=torch.float64, device=self._device)
@@ -92,10 +100,15 @@ class _Norms:
         for i, t in enumerate(tensors):
             if t is not None:
                 by.setdefault((t.device, t.dtype), []).append(i)
-        self._groups = [
-            (indices, torch.tensor([rows[i] for i in indices], device=device))
-            for (device, _), indices in by.items()
-        ]
+        self._groups = []
+        for (device, _), indices in by.items():
+            members: list[list[int]] = [[] for _ in range(self._modules)]
+            for position, i in enumerate(indices):
+                members[rows[i]].append(position)
+            width = max((len(m) for m in members), default=0)
+            pad = len(indices)  # the zero appended after the group's squares
+            gather = [m + [pad] * (width - len(m)) for m in members]
+            self._groups.append((indices, torch.tensor(gather, dtype=torch.long, device=device)))
         first = next((t for t in tensors if t is not None), None)
         self._device = first.device if first is not None else torch.device("cpu")
         owned = torch.ones(self._modules, dtype=torch.bool)
@@ -160,7 +173,7 @@ class StepPrints:
                 x = x.to(torch.float64)
                 values.append(torch.stack((x.sum(), x.square().sum())))
             device = self._start.device if self._start is not None else values[0].device
-            joined = torch.cat([v.to(device, non_blocking=True) for v in values])
+            joined = torch.cat([_moved(v, device) for v in values])
         signature = tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors)
         self._inputs = (signature, joined)
 
@@ -199,9 +212,9 @@ class StepPrints:
             grads = self._grads([p.grad for p, _ in owned], [r for _, r in owned])
             start = self._start if self._start is not None else grads
             signature, inputs = self._inputs
-            parts = [start, grads.to(start.device, non_blocking=True)]
+            parts = [start, _moved(grads, start.device)]
             if inputs is not None:
-                parts.append(inputs.to(start.device, non_blocking=True))
+                parts.append(_moved(inputs, start.device))
             values = torch.cat(parts)
         self._log.fingerprint(step, signature, values)
 
