@@ -14,7 +14,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -119,7 +119,8 @@ class RunLogWriter:
         self._dir = f"{root}/{rank_dir_name(rank)}"
         self._lock = threading.RLock()
         self._pending = _Pending(bytearray(), [], [], [])
-        self.modules = len(meta.get("module_paths", ()))  # type: ignore[arg-type]
+        paths = meta.get("module_paths", ())
+        self.modules = len(paths) if isinstance(paths, Sized) else 0  # a fingerprint's width
         self._last_flush = time.monotonic()
         self._closed = False
         self.error: RunLogError | None = None
