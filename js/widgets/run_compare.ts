@@ -59,6 +59,8 @@ export interface DifferencePayload {
   steps?: any;
   samples?: number;
   step_range?: number[];
+  /** Why there is no heatmap for this field (the engine's reason). */
+  message?: string;
 }
 
 export interface RunInfo { label: string; live: boolean }
@@ -341,11 +343,11 @@ function render({ model, el }: { model: AnyModel<RunCompareModel>; el: HTMLEleme
     replaceChildren(legend, ...(map ? ["equal", h("span", { class: "vl-rc-legend-equal", "aria-hidden": "true" }), " ", formatNumber(10 ** map.vmin), bar, formatNumber(10 ** map.vmax)] : []));
     const samples = d.samples ?? steps.length;
     const range = d.step_range ?? [];
-    setText(stepsLine, !values ? "" : range.length === 2
+    setText(stepsLine, !values ? d.message ?? "" : range.length === 2
       ? `${paths.length} modules · steps ${formatNumber(range[0])}–${formatNumber(range[1])}`
         + (samples > steps.length ? ` · ${formatNumber(samples)} steps in ${formatNumber(steps.length)} columns (largest of each)` : "")
       : `${paths.length} modules · no step both runs logged`);
-    mapHeader.hidden = !values;
+    mapHeader.hidden = !values && !d.message;
     tableHost.hidden = !values;
   }
 

@@ -31,7 +31,14 @@ from typing import Any
 
 import traitlets
 
-from vinlens.health import RankView, TrainingMonitor, TrainingRun, open_run
+from vinlens.health import (
+    RankView,
+    TrainingMonitor,
+    TrainingRun,
+    compare_runs,
+    open_run,
+    relative_difference,
+)
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,
@@ -48,6 +55,11 @@ from vinlens.widgets.run_compare_payload import (
 )
 
 __all__ = ["DIFFERENCE_FIELDS", "RunCompareWidget"]
+
+_NO_LOGS = (
+    "a live TrainingMonitor has no fingerprints to compare: give it log_dir= and compare its "
+    "run log (open_run(log_dir)) to find where the runs part ways"
+)
 
 #: Least time between two checks of the followed runs (an ``interval`` of 0 would spin).
 MIN_POLL_S = 0.05
@@ -261,8 +273,6 @@ class RunCompareWidget(BrowserSafeState):
         return path in self.difference.get("paths", ())
 
     def _push(self, *, force: bool) -> None:
-        from vinlens.health import compare_runs, relative_difference
-
         with self._lock:
             rank, field = int(self.rank), str(self.field)
             seen = (rank, field, self._a.seen(rank), self._b.seen(rank))
@@ -270,18 +280,28 @@ class RunCompareWidget(BrowserSafeState):
                 return
             run_a, run_b = self._a.run, self._b.run
             divergence = None
+            verdict: dict[str, Any] = {"note": _NO_LOGS}
             difference: dict[str, Any] = {}
             if run_a is not None and run_b is not None:
-                divergence = compare_runs(run_a, run_b, rtol=self.rtol, atol=self.atol)
-                if not self._picked_rank and divergence.rank is not None:
-                    # The first view opens on the rank where the runs part ways.
-                    self._picked_rank = True
-                    if divergence.rank != rank and divergence.rank in self._shared:
-                        rank = int(divergence.rank)
-                        seen = (rank, field, self._a.seen(rank), self._b.seen(rank))
-                difference = difference_payload(
-                    relative_difference(run_a, run_b, field=field, rank=rank)
-                )
+                # A log that has no step yet, or runs of other world sizes: the engine's
+                # reason is the verdict (a growing log is compared again when it moves).
+                try:
+                    divergence = compare_runs(run_a, run_b, rtol=self.rtol, atol=self.atol)
+                except ValueError as error:
+                    verdict = {"note": str(error)}
+                if divergence is not None:
+                    verdict = divergence_payload(divergence)
+                    if not self._picked_rank and divergence.rank is not None:
+                        # The first view opens on the rank where the runs part ways.
+                        self._picked_rank = True
+                        if divergence.rank in self._shared:
+                            rank = int(divergence.rank)
+                            seen = (rank, field, self._a.seen(rank), self._b.seen(rank))
+                try:
+                    matrix = relative_difference(run_a, run_b, field=field, rank=rank)
+                    difference = difference_payload(matrix)
+                except ValueError as error:  # e.g. weight norms of a log without them
+                    difference = {"field": field, "message": str(error)}
             curves = curves_payload(self._a.series(rank), self._b.series(rank))
             runs = {
                 "a": {"label": self._a.label, "live": self._a.monitor is not None},
@@ -289,15 +309,6 @@ class RunCompareWidget(BrowserSafeState):
                 "ranks": list(self._shared),
                 "rank": rank,
             }
-            verdict: dict[str, Any] = (
-                divergence_payload(divergence)
-                if divergence is not None
-                else {
-                    "note": "a live TrainingMonitor has no fingerprints to compare: give "
-                    "it log_dir= and compare its run log (open_run(log_dir)) to find where "
-                    "the runs part ways"
-                }
-            )
             self.divergence = divergence
             with self.hold_sync():
                 if self.rank != rank:
@@ -318,4 +329,6 @@ class RunCompareWidget(BrowserSafeState):
             self._report_error("", f"the runs share no rank {change['new']!r}")
             self.rank = change["old"]
             return
+        if change["name"] == "rank":
+            self._picked_rank = True
         self._wake.set()
