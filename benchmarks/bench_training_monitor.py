@@ -6,6 +6,13 @@ loop writing a run log (``log_dir``) <= 1.01x of the same monitored loop without
 ``every=100``, amortised the same way from its own per-step check and sampled step). The peer,
 ``torch.autograd.detect_anomaly(check_nan=True)``, runs on the same steps.
 
+With ``log_dir`` the monitor also logs every step's fingerprints (the root's inputs, each
+module's own weight and gradient norms: two float64 ``_foreach_norm`` passes, over the
+weights and over the gradients); the column "every=100 with log_dir and fingerprints /
+plain" is that logged loop, amortised as above, over the plain one (target <= 1.02x),
+with the whole logged unsampled step's ratio (forward included, so its inputs fingerprint
+too) beside it.
+
 A step is ``zero_grad``, forward, loss and backward of the light CNNs of
 ``benchmarks/cnn_models.py`` (torch.nn only, train mode, random weights) on one batch;
 the optimizer step (the same in every variant) is left out, so the ratios are the
@@ -99,6 +106,7 @@ def measure(
         "check": lambda: unsampled.run_step(lambda: loss),
         "sampled": lambda: sampled.run_step(step),
         "logged_check": lambda: logged.run_step(lambda: loss),
+        "logged_unsampled": lambda: logged.run_step(step),
         "logged_sampled": lambda: logged_sampled.run_step(step),
         "origin": lambda: find_nonfinite_gradient_origin(model, step),
         "anomaly": anomaly,
@@ -240,7 +248,9 @@ def main() -> None:
             f"{best['anomaly'] / plain:.3f}x (peer) | log_dir / without at every=100 "
             f"{verdict(logged / amortised, 1.01)} (per-step check {best['logged_check'] * 1e3:.2f}"
             f" ms vs {best['check'] * 1e3:.2f} ms; sampled step"
-            f" {best['logged_sampled'] / best['sampled']:.3f}x)"
+            f" {best['logged_sampled'] / best['sampled']:.3f}x) | every=100 with log_dir and"
+            f" fingerprints / plain {verdict(logged, 1.02)} (whole logged unsampled step"
+            f" {best['logged_unsampled'] / plain:.3f}x)"
         )
         if not args.no_compiled:
             print(compiled_line(model, model_batch, repetitions))

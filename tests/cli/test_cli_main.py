@@ -51,6 +51,7 @@ def test_every_registered_command_is_reachable_with_its_handler() -> None:
         "store compare": ["x", "y"],
         "run show": ["x"],
         "run replay": ["x", "--step", "1", "--model", "m"],
+        "run diff": ["x", "y"],
         "demo": [],
     }
     assert sorted(c.name for c in COMMANDS) == sorted(sample_args)

@@ -43,6 +43,53 @@ def model(rank: int) -> nn.Sequential:
     return inner
 
 
+class Bumped(nn.Linear):
+    """A linear layer whose output can be shifted by ``bump`` (a planted forward change)."""
+
+    bump = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.bump
+
+
+def diverge(rank: int) -> nn.Module:
+    """``VINLENS_TEST_PLANT`` on rank 1 only, logged to ``VINLENS_TEST_LOG_DIR``: ``"none"``,
+    ``"data"`` (rank 1's batch of step 3 changed) or ``"forward"`` (``mid``'s output bumped
+    from step 2); 5 SGD steps of DDP, every step sampled."""
+    from vinlens.health import TrainingMonitor
+
+    plant, log_dir = os.environ["VINLENS_TEST_PLANT"], os.environ["VINLENS_TEST_LOG_DIR"]
+    torch.manual_seed(0)
+    inner = nn.Sequential()
+    inner.add_module("enc", nn.Linear(4, 8))
+    inner.add_module("act", nn.Tanh())
+    inner.add_module("mid", Bumped(8, 8))
+    inner.add_module("dec", nn.Linear(8, 2))
+    inner = inner.to(device(rank))
+    ddp = nn.parallel.DistributedDataParallel(
+        inner, device_ids=[rank] if BACKEND == "nccl" else None
+    )
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with TrainingMonitor(ddp, every=1, log_dir=log_dir) as monitor:
+        for index in range(5):
+            x = torch.rand(3, 4, generator=torch.Generator().manual_seed(10 * index + rank))
+            if rank == 1 and plant == "data" and index == 3:
+                x[0, 0] += 0.25
+            if rank == 1 and plant == "forward" and index == 2:
+                inner.mid.bump = 1e-3
+            x = x.to(device(rank))
+
+            def step(x: torch.Tensor = x) -> torch.Tensor:
+                optimizer.zero_grad(set_to_none=True)
+                loss = ddp(x).square().mean()
+                loss.backward()
+                return loss
+
+            monitor.run_step(step)
+            optimizer.step()
+    return ddp
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -98,6 +145,8 @@ def main() -> None:
             step()  # the peer trains unmonitored
         step()  # and both ranks keep training together afterwards
         found["trained_on"] = True
+    elif scenario == "diverge":
+        ddp = diverge(rank)
     elif scenario == "fsdp":
         from torch.distributed.fsdp import fully_shard
 

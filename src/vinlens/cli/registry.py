@@ -89,5 +89,6 @@ COMMANDS: tuple[Command, ...] = (
         run.add_replay_arguments,
         run.replay,
     ),
+    Command("run diff", run.DIFF_HELP, run.DIFF_DESCRIPTION, run.add_diff_arguments, run.diff),
     Command("demo", demo.HELP, demo.DESCRIPTION, demo.add_arguments, demo.run),
 )

@@ -16,12 +16,16 @@ if TYPE_CHECKING:
     from vinlens.health import GradientOrigin
 
 __all__ = [
+    "DIFF_DESCRIPTION",
+    "DIFF_HELP",
     "REPLAY_DESCRIPTION",
     "REPLAY_HELP",
     "SHOW_DESCRIPTION",
     "SHOW_HELP",
+    "add_diff_arguments",
     "add_replay_arguments",
     "add_show_arguments",
+    "diff",
     "replay",
     "show",
 ]
@@ -246,3 +250,80 @@ def replay(args: argparse.Namespace) -> int:
     print(f"recomputed: {_origin_line(recomputed_fields)}")
     print(verdict)
     return code
+
+
+# --------------------------------------------------------------------------- diff
+
+DIFF_HELP = "find the step, cause and module where two run logs part ways"
+DIFF_DESCRIPTION = (
+    "Compare two run logs written by TrainingMonitor(log_dir=...) that should be equal (same"
+    " seed, a refactor, a torch upgrade, torch.compile, another machine) and print the first"
+    " step at which anything logged differs, its cause (init, data, optimizer, forward,"
+    " backward), the module that made the difference and the rank, then every module that"
+    " diverged, in step order. Exit status 0 when the runs are identical, 1 when they"
+    " diverge, 2 for a path that is not a run log or runs that cannot be compared."
+)
+#: Exit status of ``vinlens run diff`` when the runs diverge.
+EXIT_DIVERGED = 1
+
+
+def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log_a", metavar="A", help="run directory or URL (s3://, ...)")
+    parser.add_argument("log_b", metavar="B", help="run directory or URL to compare with A")
+    parser.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (0: bitwise)")
+    parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (0: bitwise)")
+    parser.add_argument("--rank", type=non_negative_int, help="compare this rank only")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_storage_option_argument(parser)
+
+
+def diff(args: argparse.Namespace) -> int:
+    from vinlens.cli.table import print_json
+    from vinlens.health import compare_runs
+
+    options = parse_storage_options(args.storage_options)
+    try:
+        result = compare_runs(
+            args.log_a,
+            args.log_b,
+            rtol=args.rtol,
+            atol=args.atol,
+            storage_options_a=options,
+            storage_options_b=options,
+            ranks=None if args.rank is None else (args.rank,),
+        )
+    except (FileNotFoundError, ValueError, TypeError) as error:
+        print(f"vinlens run diff: {error}")
+        return 2
+    status = 0 if result.identical else EXIT_DIVERGED
+    if args.json:
+        print_json(result)
+        return status
+    print(f"compared {result.steps_compared} steps of ranks {', '.join(map(str, result.ranks))}")
+    if result.identical:
+        print("identical: nothing logged differs")
+    else:
+        print(
+            f"first difference: step {result.first_step}, rank {result.rank}, cause"
+            f" {result.cause}, module {result.module or '-'}"
+        )
+        print(f"  {result.field}: {result.value_a!r} (A) vs {result.value_b!r} (B)")
+        diverged = [m for m in result.modules if {m.weights, m.outputs, m.grads} != {None}]
+        # Step order; within a step, what a step starts from, computes, then leaves behind
+        # (a module whose output differs before one whose gradient only inherited it).
+        diverged.sort(
+            key=lambda m: min(
+                (s, kind) for kind, s in enumerate((m.weights, m.outputs, m.grads)) if s is not None
+            )
+        )
+        print(
+            format_table(
+                ["module", "weights", "outputs", "grads"],
+                [[m.path, m.weights, m.outputs, m.grads] for m in diverged],
+            )
+        )
+    if result.unmatched:
+        print(f"modules logged by one run only: {', '.join(result.unmatched)}")
+    if result.note:
+        print(f"note: {result.note}")
+    return status

@@ -36,6 +36,7 @@ from vinlens.health.monitor._amp import (
 )
 from vinlens.health.monitor._budget import Budget
 from vinlens.health.monitor._distributed import RankSync
+from vinlens.health.monitor._fingerprint import StepPrints
 from vinlens.health.monitor._history import Listeners, SampleHistory
 from vinlens.health.monitor._records import (
     COMPILED_FINITE,
@@ -208,6 +209,7 @@ class TrainingMonitor:
 
             meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS)
             self._log = open_monitor_log(meta, log_dir, storage_options)
+        self._prints = StepPrints(model, self._module, self.module_paths, self._log)
 
     # ------------------------------------------------------------------ the loop
 
@@ -335,6 +337,7 @@ class TrainingMonitor:
                 outputs, self._low, hooks, release_eager = arm_sample(
                     self._targets, owner, self._budget
                 )
+            self._prints.begin(hooks)  # every step's fingerprint, with a run log
             self._slot.open = OpenStep(
                 step, owner, rng, start_buffers, outputs, hooks, release_eager
             )
@@ -442,6 +445,7 @@ class TrainingMonitor:
         if self._log is not None:
             self._log.check()
             self._log.step(step, self._last_norm, result)  # the loss, read when written
+            self._prints.end(step)
         if finite:
             if amp is not None:
                 amp.finite()
@@ -522,6 +526,7 @@ class TrainingMonitor:
             RunLogError: the log's destination refused the last records.
         """
         self._slot.release()
+        self._prints.close()
         if self._log is not None:
             self._log.close()
 
@@ -553,6 +558,7 @@ class TrainingMonitor:
             block[row, GRAD_NORM] = module_norms[row]
             block[row, HEADROOM] = headroom_bits(summary, self._low.dtype)
         self._history.add_sample(step, block, outputs, module_norms)
+        self._prints.sampled(step, tuple(stats))  # the order outputs were produced in
         self._last_norm = math.sqrt(math.fsum(n * n for n in norms))
         if self._log is not None:
             self._log.sample(step, block)

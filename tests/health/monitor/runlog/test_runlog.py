@@ -16,7 +16,15 @@ import pytest
 import torch
 
 from vinlens.health import TrainingMonitor, TrainingRun, open_run
-from vinlens.health.monitor.runlog.format import META, SAMPLES, STEPS, iter_records, sample_index
+from vinlens.health.monitor.runlog.format import (
+    FINGERPRINTS,
+    META,
+    ORDER,
+    SAMPLES,
+    STEPS,
+    iter_records,
+    sample_index,
+)
 
 SCRIPT = Path(__file__).parents[2] / "runlog_train.py"
 
@@ -129,9 +137,11 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
         expected = open_run_bytes(tmp_path / "exp", segment.name, data[:whole])
         assert run.sampled_steps() == expected.sampled_steps()
         np.testing.assert_array_equal(run.step_series().steps, expected.step_series().steps)
-    # Records: meta, the sampled steps 0, 2, 4 (one record), then the steps.
+    # Records: meta, the order of outputs and gradients (sampled step 0), the sampled steps
+    # 0, 2, 4 (one record), the steps' fingerprints, then the steps.
     kinds = [kind for kind, _, _ in iter_records(data)]
-    assert kinds == [META, SAMPLES, STEPS]
+    assert kinds == [META, ORDER, SAMPLES, FINGERPRINTS, STEPS]
+    start = {kind: ([0, *ends])[i] for i, kind in enumerate(kinds)}  # where each record begins
     whole_run = open_run(tmp_path / "whole")
 
     def flipped(at: int) -> TrainingRun:
@@ -141,13 +151,13 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
         return open_run(tmp_path / "cut")
 
     # A flipped byte inside a record's checksummed part ends the segment there.
-    broken = flipped(ends[0] + 20)  # the sampled steps' index
+    broken = flipped(start[SAMPLES] + 20)  # the sampled steps' index
     assert broken.sampled_steps() == () and len(broken.step_series().steps) == 0
-    broken = flipped(ends[1] + 20)  # the steps
+    broken = flipped(start[STEPS] + 20)  # the steps
     assert broken.sampled_steps() == (0, 2, 4) and len(broken.step_series().steps) == 0
     # A flipped byte in one field's values fails that field's checksum when it is read;
     # the other fields read as written.
-    _, _, modules, values = sample_index(data, ends[0] + 16)
+    _, _, modules, values = sample_index(data, start[SAMPLES] + 16)
     fields = list(whole_run.meta()["fields"])
     column = fields.index("grad_norm")
     broken = flipped(values + 8 * (column * 3 * modules + 1) + 3)

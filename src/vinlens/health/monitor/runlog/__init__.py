@@ -8,6 +8,14 @@ own records (:mod:`~vinlens.health.monitor.runlog.reader`).
 
 from __future__ import annotations
 
+from vinlens.health.monitor.runlog.compare import (
+    Cause,
+    ModuleDivergence,
+    RunDivergence,
+    compare_runs,
+    relative_difference,
+)
+from vinlens.health.monitor.runlog.fingerprints import Fingerprints
 from vinlens.health.monitor.runlog.reader import StepSeries, TrainingRun, open_run
 from vinlens.health.monitor.runlog.replay import DEFAULT_REPLAY_MAX_BYTES, Replay, load_replay
 from vinlens.health.monitor.runlog.view import RankView
@@ -16,11 +24,17 @@ from vinlens.health.monitor.runlog.writer import DEFAULT_FLUSH_INTERVAL, RunLogE
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_REPLAY_MAX_BYTES",
+    "Cause",
+    "Fingerprints",
+    "ModuleDivergence",
     "RankView",
     "Replay",
+    "RunDivergence",
     "RunLogError",
     "StepSeries",
     "TrainingRun",
+    "compare_runs",
     "load_replay",
     "open_run",
+    "relative_difference",
 ]

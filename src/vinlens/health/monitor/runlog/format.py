@@ -31,7 +31,9 @@ from vinlens.model_inspection import TensorSummary
 
 __all__ = [
     "EVENT",
+    "FINGERPRINTS",
     "META",
+    "ORDER",
     "SAMPLE",
     "SAMPLES",
     "STEPS",
@@ -63,6 +65,11 @@ EVENT = 4
 #: contiguous. The header's CRC covers the payload up to the values.
 SAMPLES = 5
 _SAMPLES_HEAD = struct.Struct("<IIII")
+#: Every-step fingerprints of a batch of steps: inputs, weight and gradient norms per module
+#: (see :mod:`~vinlens.health.monitor.runlog.fingerprints`).
+FINGERPRINTS = 6
+#: The order of a sampled step's module outputs and parameter gradients (JSON).
+ORDER = 7
 
 
 def field_checksum(values: np.ndarray[Any, Any]) -> int:

@@ -28,9 +28,17 @@ from vinlens.health.monitor._records import (
     StepSeries,
     TrainingHistory,
 )
+from vinlens.health.monitor.runlog.fingerprints import (
+    FingerprintBlock,
+    Fingerprints,
+    decode_fingerprints,
+    join_fingerprints,
+)
 from vinlens.health.monitor.runlog.format import (
     EVENT,
+    FINGERPRINTS,
     META,
+    ORDER,
     SAMPLE,
     SAMPLES,
     STEPS,
@@ -81,6 +89,8 @@ class _Rank:
     events: list[NonFiniteEvent] = field(default_factory=list)
     bundles: dict[int, str] = field(default_factory=dict)
     path: str = ""
+    prints: list[FingerprintBlock] = field(default_factory=list)
+    orders: list[dict[str, Any]] = field(default_factory=list)
 
 
 def open_run(
@@ -202,6 +212,10 @@ class TrainingRun:
             if fields.get("replay"):
                 state.bundles[int(fields["step"])] = f"{state.path}/{fields['replay']}"
             state.events.append(_event(fields))
+        elif kind == FINGERPRINTS:
+            state.prints.append(decode_fingerprints(data, offset, end))
+        elif kind == ORDER:
+            state.orders.append(decode_json(data[offset:end]))
 
     def _field(self, state: _Rank, column: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """Field ``column`` of every sampled step, ``(steps, modules)``, checksums verified.
@@ -277,6 +291,14 @@ class TrainingRun:
         return StepSeries(
             join(state.steps, "int64"), join(state.norms, "float64"), join(state.losses, "float64")
         )
+
+    def fingerprints(self, rank: int = 0) -> Fingerprints:
+        """Every step's fingerprints: the root's inputs, each module's weight and gradient
+        norms, and the order of outputs and gradients of the latest sampled step (all empty
+        for a log written without them)."""
+        state = self._rank(rank)
+        with self._lock:
+            return join_fingerprints(state.meta["module_paths"], state.prints, state.orders)
 
     def sampled_steps(self, rank: int = 0) -> tuple[int, ...]:
         """The sampled steps logged, in order."""

@@ -22,9 +22,12 @@ import numpy as np
 import torch
 
 from vinlens.health.monitor._records import RunMeta
+from vinlens.health.monitor.runlog.fingerprints import fingerprint_payload
 from vinlens.health.monitor.runlog.format import (
     EVENT,
+    FINGERPRINTS,
     META,
+    ORDER,
     STEPS,
     encode_json,
     encode_record,
@@ -86,6 +89,7 @@ class _Pending:
     samples: list[np.ndarray[Any, np.dtype[np.float64]]] = field(default_factory=list)
     sample_bytes: int = 0
     deferred: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    prints: list[tuple[int, Any, torch.Tensor]] = field(default_factory=list)
 
 
 class RunLogWriter:
@@ -115,6 +119,7 @@ class RunLogWriter:
         self._dir = f"{root}/{rank_dir_name(rank)}"
         self._lock = threading.RLock()
         self._pending = _Pending(bytearray(), [], [], [])
+        self.modules = len(meta.get("module_paths", ()))  # type: ignore[arg-type]
         self._last_flush = time.monotonic()
         self._closed = False
         self.error: RunLogError | None = None
@@ -181,6 +186,20 @@ class RunLogWriter:
             pending.samples.append(rows)
             pending.sample_bytes += rows.nbytes
         self._maybe_flush()
+
+    def fingerprint(self, step: int, signature: Any, values: torch.Tensor) -> None:
+        """One step's fingerprint (see :mod:`~vinlens.health.monitor.runlog.fingerprints`):
+        float64 ``values`` left where they were computed and read when the buffer is written
+        (on the flushing thread), so the step does not wait for them."""
+        with self._lock:
+            self._pending.prints.append((step, signature, values))
+        self._maybe_flush()
+
+    def order(self, step: int, outputs: list[str], grads: list[str]) -> None:
+        """The order of a sampled step's module outputs and parameter gradients."""
+        record = {"step": step, "outputs": outputs, "grads": grads}
+        with self._lock:
+            self._pending.records += encode_record(ORDER, encode_json(record))
 
     def event(self, fields: dict[str, object]) -> None:
         """One non-finite event: written at once."""
@@ -256,6 +275,7 @@ class RunLogWriter:
         due = time.monotonic() - self._last_flush >= self.flush_interval
         pending = self._pending
         size = len(pending.records) + pending.sample_bytes
+        size += 8 * len(pending.prints) * (2 * self.modules + 2)
         if due or size >= _BUFFER_BYTES or len(pending.steps) >= 65536:
             self.flush()
 
@@ -266,6 +286,10 @@ class RunLogWriter:
             data = data + encode_samples(pending.sample_steps, pending.samples)
         for index, tensor in pending.deferred:
             pending.losses[index] = float(tensor)
+        if pending.prints:
+            data = data + encode_record(
+                FINGERPRINTS, fingerprint_payload(pending.prints, self.modules)
+            )
         if pending.steps:
             n = len(pending.steps)
             payload = (
