@@ -241,6 +241,7 @@ class RunCompareWidget(BrowserSafeState):
             self._wake.set()
         link = getattr(self, "_selection_link", None)
         if link is not None:
+            self._selection_link = None
             link.unlink()
         super().close()
 
