@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 HTMLCanvasElement.prototype.getContext = (() => null) as any; // jsdom has no canvas: strips stay blank
 import { FakeModel, dataView } from "../lib/fake-model";
 import { sharedCurves, stepX } from "../lib/step-curves";
-import widget, { buckets, DifferenceMap, stepSpan, verdictText, type Verdict } from "./run_compare";
+import widget, { buckets, DifferenceMap, shortLabel, stepSpan, verdictText, type Verdict } from "./run_compare";
 
 const arr = (dtype: string, shape: number[], data: ArrayBufferView) => ({ $array: { dtype, shape, data: dataView(data) } });
 const PATHS = ["0", "1", "2"];
@@ -91,6 +91,14 @@ describe("shared curves", () => {
     expect(stepSpan(a, b)).toEqual([0, 9]);
     expect(stepSpan(undefined, {})).toEqual([0, 0]);
     expect(buckets({}, "loss")).toBeNull();
+  });
+});
+
+describe("run labels", () => {
+  it("keep a short path whole and the last two parts of a long one", () => {
+    expect(shortLabel("runs/base")).toBe("runs/base");
+    expect(shortLabel("/tmp/pytest-of-root/pytest-82/lab0/tmp/vinlens-runs-x1/base")).toBe("…/vinlens-runs-x1/base");
+    expect(shortLabel("s3://bucket/a/very/long/prefix/of/experiments/exp42/run")).toBe("…/exp42/run");
   });
 });
 

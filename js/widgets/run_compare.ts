@@ -178,6 +178,14 @@ export function stepSpan(a: SeriesPayload | undefined, b: SeriesPayload | undefi
   return firsts.length ? [Math.min(...firsts), Math.max(...lasts)] : [0, 0];
 }
 
+/** A run's label as shown: a long path keeps its last two parts (the full one is the title). */
+export function shortLabel(label: string, max = 36): string {
+  if (label.length <= max) return label;
+  const parts = label.split("/").filter((p) => p);
+  const tail = parts.slice(-2).join("/");
+  return `…/${tail.length > max ? tail.slice(-max) : tail}`;
+}
+
 function stepText(step: number): string {
   return step < 0 ? "—" : formatNumber(step);
 }
@@ -301,7 +309,7 @@ function render({ model, el }: { model: AnyModel<RunCompareModel>; el: HTMLEleme
   function drawRuns(): void {
     const runs = model.get("runs") ?? {};
     for (const [el, run, name] of [[labelA, runs.a, "A"], [labelB, runs.b, "B"]] as const) {
-      setText(el, run ? `${name}: ${run.label}` : name);
+      setText(el, run ? `${name}: ${shortLabel(run.label)}` : name);
       el.title = run?.label ?? "";
     }
     const ranks = runs.ranks ?? [];
