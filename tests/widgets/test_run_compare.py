@@ -224,5 +224,7 @@ def test_bad_arguments_are_refused_with_what_was_expected(
         RunCompareWidget(base, tmp_path / "nothing-here")
     with pytest.raises(ValueError, match="field must be one of grad_norm, weight_norm, std"):
         RunCompareWidget(base, base, field="loss")
+    with pytest.raises(TypeError, match=r"selection must be a vinlens\.widgets\.ModuleSelection"):
+        RunCompareWidget(base, base, selection=["0"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="interval"):
         RunCompareWidget(base, base, interval=-1)

@@ -177,6 +177,10 @@ class RunCompareWidget(BrowserSafeState):
             raise ValueError(f"field must be one of {', '.join(DIFFERENCE_FIELDS)}, got {field!r}")
         if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
             raise ValueError(f"interval must be a non-negative number of seconds, got {interval!r}")
+        if selection is not None and not isinstance(selection, ModuleSelection):
+            raise TypeError(
+                f"selection must be a vinlens.widgets.ModuleSelection, got {_kind(selection)}"
+            )
         self._a, self._b = _side("a", a), _side("b", b)
         # A monitor's curves are its own rank's whatever rank is picked: the ranks offered
         # are those of the run logs (both: the ranks they share).
