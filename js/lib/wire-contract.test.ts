@@ -9,6 +9,7 @@ import { aggregateMaps, type DatasetPayload } from "../widgets/attribution_viewe
 import {
   curveGeometry, mergeEvents, originText, replayText, type MonitorPayload, type NonFiniteEvent, type ReplayEntry, type SeriesPayload,
 } from "../widgets/training_monitor";
+import { buckets, DifferenceMap, verdictText, type DifferencePayload, type Verdict } from "../widgets/run_compare";
 import { decode, type NDArray, type Table } from "./payload";
 
 const env = (globalThis as any).process?.env ?? {};
@@ -149,6 +150,26 @@ describe.skipIf(!dir)("wire contract: Python payloads decode to what they mean",
       const replays = decode(fixture.state.replays) as Record<string, ReplayEntry>;
       expect(replays["0:5"].agrees).toBe(true);
       expect(replayText(replays["0:5"])).toContain("already non-finite where it entered the model");
+    });
+  }
+  for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "run_compare")) {
+    it(`${fixture.name} has what the comparison view reads`, () => {
+      putBuffers(fixture.state, fixture.buffer_paths, buffers);
+      const v = decode(fixture.state.verdict) as Verdict;
+      expect([v.identical, v.first_step, v.cause, v.module]).toEqual([false, 0, "init", "2"]);
+      expect(verdictText(v)).toContain("Likely cause: the initial weights differ.");
+      const paths = v.module_paths ?? [];
+      expect(paths).toContain("2");
+      for (const node of [v.module_weights, v.module_outputs, v.module_grads]) {
+        expect((node as NDArray).shape).toEqual([paths.length]);
+      }
+      expect(Number((v.module_weights as NDArray).data[paths.indexOf("2")])).toBe(0);
+      const d = decode(fixture.state.difference) as DifferencePayload;
+      const values = d.values as NDArray;
+      expect(values.shape).toEqual([(d.paths ?? []).length, (d.steps as NDArray).shape[0]]);
+      expect(new DifferenceMap(values.shape[0], values.shape[1], values.data).vmax).toBeLessThanOrEqual(0);
+      // The view reads the curves' $array nodes as they arrive (buffers in place).
+      for (const side of ["a", "b"]) expect(buckets(fixture.state.curves[side], "loss")!.steps.length).toBe(6);
     });
   }
   for (const { fixture, buffers } of fixtures.filter((f) => f.fixture.name === "training_monitor")) {

@@ -154,6 +154,16 @@ def builders() -> dict[str, Callable[[], Any]]:
         view.refresh()
         return view
 
+    def run_compare() -> Any:
+        # The tour's part 14: the demo network trained twice, the second run's learning rate
+        # doubled after step 60; compared from their run logs.
+        from vinlens.demo.notebooks import TWO_RUNS
+        from vinlens.widgets.run_compare import RunCompareWidget
+
+        made: dict[str, Any] = {"torch": torch}  # imported by the tour's first cell
+        exec(TWO_RUNS, made)  # the tour's own cell, not a copy of it
+        return RunCompareWidget(made["base_log"], made["changed_log"], interval=3600)
+
     return {
         "config_tree": lambda: ConfigTreeWidget(config),
         "module_table": module_table,
@@ -164,6 +174,7 @@ def builders() -> dict[str, Callable[[], Any]]:
         "model_health": model_health,
         "store_compare": store_compare,
         "training_monitor": training_monitor,
+        "run_compare": run_compare,
     }
 
 

@@ -29,6 +29,7 @@ WIDGETS = [
     "model_health",
     "store_compare",
     "training_monitor",
+    "run_compare",
 ]
 ROOT_CLASS = {
     "config_tree": "vl-config-tree",
@@ -40,6 +41,7 @@ ROOT_CLASS = {
     "model_health": "vl-model-health",
     "store_compare": "vl-sc",
     "training_monitor": "vl-training-monitor",
+    "run_compare": "vl-run-compare",
 }
 COMPOSITE = (
     "[role=tablist], [role=radiogroup], [role=toolbar], [role=menu], [role=menubar], "

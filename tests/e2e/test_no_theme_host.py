@@ -39,6 +39,7 @@ WIDGETS = [
     "model_health",
     "store_compare",
     "training_monitor",
+    "run_compare",
 ]
 
 

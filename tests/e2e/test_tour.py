@@ -25,6 +25,7 @@ WIDGETS = {
     "model-health": ".vl-model-health",
     "store-compare": ".vl-sc",
     "training-monitor": ".vl-training-monitor",
+    "run-compare": ".vl-run-compare",
 }
 
 # Screenshots of a later widget of a kind, by its index among the tour's widgets of that kind.

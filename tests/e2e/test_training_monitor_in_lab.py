@@ -2,7 +2,8 @@
 
 The notebook trains a small network whose RMSNorm has its epsilon outside the square root;
 at step 120 one sample is all zeros and the backward makes NaN there. The view is displayed
-before the loop; the test sees it update while the training cell is still running, then
+before the loop; the test sees it update while the training cell is still running (its
+every-step loss and gradient-norm curves too), then
 reads the event's origin, the highlighted row and the low-headroom cell, selects the event
 from its mark (checked in the kernel), and saves light and dark screenshots.
 """
@@ -52,9 +53,15 @@ def test_training_monitor_updates_live_and_points_at_the_module(lab: Any) -> Non
     }"""
     )
     lab.screenshot("training-monitor-running-light", view)
+    # A run is read as curves first: the every-step loss and gradient norm, live.
+    expect(view.locator(".vl-tm-curve")).to_have_count(2)
     lab.wait_kernel_idle()
     expect(counters).to_contain_text("step 121")
     expect(counters).to_contain_text("1 non-finite step")
+    grad_curve = view.locator('[data-curve="grad_norm"]')
+    expect(grad_curve).to_contain_text("1 non-finite")  # step 120's NaN gradient norm
+    expect(grad_curve.locator(".vl-tm-curve-bad")).to_have_count(1)
+    assert lab.kernel_json("view.series['steps_total']") == 121
     origin = view.locator(".vl-tm-origin-text")
     expect(origin).to_contain_text("Step 120: gradient first non-finite in encoder.1 (call 0)")
     origin_row = view.locator(".vl-vt-row.vl-tm-origin")

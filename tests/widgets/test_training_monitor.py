@@ -14,6 +14,7 @@ from torch import nn
 from vinlens.health import EVENTS_KEPT, TrainingMonitor, precision_headroom
 from vinlens.widgets import TrainingMonitorWidget
 from vinlens.widgets.training_monitor import monitor_payload
+from vinlens.widgets.training_monitor_payload import series_payload
 
 
 class FailsAt(nn.Module):
@@ -225,3 +226,31 @@ def test_the_heatmaps_are_thinned_to_the_bound_keeping_every_step_and_its_spikes
     assert g[7, column] == np.float32(1e9) and g[7].max() == np.float32(1e9)
     assert np.isposinf(g[8, -1])
     assert np.isnan(g[9]).all() and not np.isnan(g[10]).any()
+
+
+def test_a_live_monitor_sends_its_every_step_loss_and_grad_norm_curves() -> None:
+    model, monitor, x = training()
+    widget = TrainingMonitorWidget(monitor, interval=3600)
+    assert widget.series["steps_total"] == 0
+
+    def step() -> torch.Tensor:
+        model.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss
+
+    for _ in range(7):
+        monitor.run_step(step)
+    widget.refresh()
+    series = monitor.step_series()
+    assert widget.series["steps_total"] == 7 and widget.series["last_step"] == 6
+    assert array(widget.series["steps"]).tolist() == list(range(7))
+    # Every step, sampled or not, with the loss step_fn returned; the NaN step is flagged.
+    np.testing.assert_array_equal(array(widget.series["loss_hi"]), series.loss)
+    finite = np.isfinite(series.grad_norm)
+    np.testing.assert_array_equal(
+        array(widget.series["grad_norm_hi"])[finite], series.grad_norm[finite]
+    )
+    assert array(widget.series["grad_norm_bad"]).nonzero()[0].tolist() == [5]
+    assert widget.series == series_payload(*series)
+    widget.close()

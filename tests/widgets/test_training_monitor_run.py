@@ -193,6 +193,34 @@ def test_the_rank_selector_shows_each_rank_and_the_events_of_all(tmp_path: Path)
     widget.close()
 
 
+def test_one_rank_of_a_run_or_its_directory_is_shown_as_the_run_is(tmp_path: Path) -> None:
+    train(tmp_path / "run")
+    paths = ["0", "1", "2", "3"]
+    meta = {"module_paths": paths, "fields": FIELDS, "every": 2, "rank": 1, "world_size": 2}
+    writer = RunLogWriter(tmp_path / "run", storage_options=None, rank=1, meta=meta)
+    for step in range(0, 6, 2):
+        writer.sample(step, np.full((len(paths), len(FIELDS)), 3.0))
+    for step in range(6):
+        writer.step(step, 4.0, 0.5)
+    writer.close()
+    view = open_run(tmp_path / "run").rank(1)
+    widget = TrainingMonitorWidget(view, interval=0.05)
+    # The view's rank comes first: its curves and heatmaps, with the run's other ranks kept.
+    assert widget.rank == 1 and widget.history["rank"] == 1 and widget.run is view.run
+    assert widget.history["ranks"] == [0, 1]
+    assert array(widget.series["grad_norm_hi"]).tolist() == [4.0] * 6
+    assert array(widget.history["steps"]).tolist() == [0, 2, 4]
+    widget.close()
+    by_path = TrainingMonitorWidget(str(tmp_path / "run"), interval=0.05)
+    assert by_path.run is not None and by_path.rank == 0
+    assert array(by_path.series["steps"]).tolist() == list(range(30))
+    by_path.close()
+    with pytest.raises(FileNotFoundError):
+        TrainingMonitorWidget(tmp_path / "no-run")
+    with pytest.raises(TypeError, match=r"open_run\(log_dir\)\.rank\(r\)"):
+        TrainingMonitorWidget(42)
+
+
 def test_a_run_of_1000_modules_by_10000_sampled_steps_sends_a_bounded_payload(
     tmp_path: Path,
 ) -> None:

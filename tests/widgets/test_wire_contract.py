@@ -93,6 +93,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         CoverageHeatmapWidget,
         ModelHealthWidget,
         ModuleTableWidget,
+        RunCompareWidget,
         SnapshotBrowserWidget,
         StoreCompareWidget,
         StoreDashboardWidget,
@@ -234,6 +235,34 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
         assert w.replay(5)["agrees"] is True
         return w
 
+    def run_compare() -> Any:
+        # Two run logs of one model, the second with one weight initialised differently:
+        # both runs' curves, the divergence (module rows as arrays), the relative difference.
+        from vinlens.health import TrainingMonitor
+
+        def train(log: Path, nudge: float) -> None:
+            torch.manual_seed(4)
+            net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+            with torch.no_grad():
+                net[2].weight[0, 0] += nudge
+            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            with TrainingMonitor(net, every=2, log_dir=log) as monitor:
+                for _ in range(6):
+
+                    def run() -> torch.Tensor:
+                        optimizer.zero_grad()
+                        loss = net(x).square().mean()
+                        loss.backward()
+                        return loss
+
+                    monitor.run_step(run)
+                    optimizer.step()
+
+        train(tmp_path / "compare-a", 0.0)
+        train(tmp_path / "compare-b", 0.01)
+        return RunCompareWidget(tmp_path / "compare-a", tmp_path / "compare-b", interval=3600)
+
     def coverage() -> Any:
         w = CoverageHeatmapWidget(dataset.config)
         w.wait(120)
@@ -263,6 +292,7 @@ def _cases(tmp_path: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "training_monitor", training_monitor
     yield "training_monitor_run", training_monitor_run
     yield "training_monitor_events_message", training_monitor_events_message
+    yield "run_compare", run_compare
     yield "coverage_heatmap", coverage
     yield "coverage_heatmap_scene_snippets_reply", coverage_reply
     yield "edge_cases", _edge_cases
@@ -326,4 +356,5 @@ def test_every_widget_payload_decodes_in_the_browser_to_what_python_sent(tmp_pat
     assert "training_monitor has what the monitor view reads" in tests, sorted(tests)
     assert "training_monitor_run has what the run view reads" in tests, sorted(tests)
     assert "training_monitor_events_message is one new event" in tests, sorted(tests)
+    assert "run_compare has what the comparison view reads" in tests, sorted(tests)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

@@ -45,6 +45,45 @@ images = make_camera_images(batch_size=2, seed=0)
 views = {k: v[0] for k, v in make_camera_images(evidence={'rgb': (30, 62), 'slam-left': (52, 20)}).items()}
 demo.store_dir"""
 
+#: Tour part 14: the demo network trained twice, the second run with one planted change
+#: (a learning rate doubled after step 60); also run by the run comparison's e2e test.
+TWO_RUNS = """\
+import tempfile
+
+from torch import nn
+
+from vinlens.demo.training import build_model
+from vinlens.health import TrainingMonitor, compare_runs
+
+
+def train(log_dir, lr_after_60):
+    net = build_model()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(100, 8, 16, generator=generator) * 2e4
+    targets = torch.randint(0, 4, (100, 8), generator=generator)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    with TrainingMonitor(net, every=10, log_dir=log_dir) as monitor:
+        for step in range(100):
+            def train_step():
+                optimizer.zero_grad()
+                loss = loss_fn(net(inputs[step]), targets[step])
+                loss.backward()
+                return loss
+            monitor.run_step(train_step)
+            if step == 60:
+                optimizer.param_groups[0]['lr'] = lr_after_60
+            optimizer.step()
+
+
+runs = tempfile.mkdtemp(prefix='vinlens-runs-')
+base_log, changed_log = runs + '/base', runs + '/changed'
+train(base_log, lr_after_60=0.05)
+train(changed_log, lr_after_60=0.1)  # the planted change
+found = compare_runs(base_log, changed_log)
+print('first step', found.first_step, '| cause', found.cause, '| module', found.module,
+      '|', found.field, found.value_a, '->', found.value_b)"""
+
 TOUR: list[_Cell] = [
     (
         "md",
@@ -292,6 +331,34 @@ TOUR: list[_Cell] = [
         "beside the recorded one. On a log that still grows, the view follows it.",
     ),
     ("code", "TrainingMonitorWidget(run, model=build_model())"),
+    (
+        "md",
+        "## 14. Where two runs part ways\n\n"
+        "A rerun should repeat a run bit for bit; when it does not, the question is at which "
+        "step and in which module the two first differ. Below, the network of part 11 "
+        "trains twice for 100 steps (before the dark step) under a `TrainingMonitor` with "
+        "`log_dir=`: the same seed, the same batches, one planted change in the second run "
+        "(its learning-rate schedule doubles the rate after step 60). Each step's log holds "
+        "fingerprints: every module's weight norm and parameter-gradient norm and the "
+        "model's inputs. `compare_runs` reads both logs and names the first step where "
+        "anything differs, the module, what differed and the likely cause (`init`, `data`, "
+        "`optimizer`, `forward` or `backward`); from a shell, `vinlens run diff A B`. "
+        "`RunCompareWidget` shows both runs' loss and gradient-norm curves with that step "
+        "marked, and a module by step heatmap of the relative difference, the divergent "
+        'module highlighted; "Go to module" picks it in the module table linked to the '
+        "same `ModuleSelection`. It takes log directories, `TrainingRun`s, one rank "
+        "(`open_run(d).rank(r)`) or a live `TrainingMonitor`, and follows runs still being "
+        "written.",
+    ),
+    ("code", TWO_RUNS),
+    (
+        "code",
+        "from vinlens.widgets import ModuleSelection, ModuleTableWidget, RunCompareWidget\n\n"
+        "picked = ModuleSelection()\n"
+        "compare = RunCompareWidget(base_log, changed_log, selection=picked)\n"
+        "compare",
+    ),
+    ("code", "ModuleTableWidget(build_model(), selection=picked)"),
 ]
 
 MODEL_INSPECTION: list[_Cell] = [

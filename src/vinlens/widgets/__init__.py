@@ -7,6 +7,7 @@ from vinlens.widgets.config_tree import ConfigTreeWidget as ConfigTreeWidget
 from vinlens.widgets.coverage_heatmap import CoverageHeatmapWidget as CoverageHeatmapWidget
 from vinlens.widgets.model_health import ModelHealthWidget as ModelHealthWidget
 from vinlens.widgets.module_table import ModuleTableWidget as ModuleTableWidget
+from vinlens.widgets.run_compare import RunCompareWidget as RunCompareWidget
 from vinlens.widgets.snapshot_browser import SnapshotBrowserWidget as SnapshotBrowserWidget
 from vinlens.widgets.snapshot_browser import SnapshotTableWidget as SnapshotTableWidget
 from vinlens.widgets.store_compare import StoreCompareWidget as StoreCompareWidget
@@ -20,6 +21,7 @@ __all__ = [
     "ModelHealthWidget",
     "ModuleSelection",
     "ModuleTableWidget",
+    "RunCompareWidget",
     "SnapshotBrowserWidget",
     "SnapshotTableWidget",
     "StoreCompareWidget",

@@ -1,16 +1,18 @@
 """TrainingMonitorWidget: a training run's module x step heatmaps, its NaN events and their origin.
 
 The widget shows either a :class:`~vinlens.health.TrainingMonitor` while the loop runs in
-the same kernel, or a :class:`~vinlens.health.TrainingRun` (``open_run``: a run log written
-by a script elsewhere, finished or still growing, local or on object storage). What the
+the same kernel, or a run log written by a script elsewhere, finished or still growing,
+local or on object storage: its directory or URL, its :class:`~vinlens.health.TrainingRun`
+(``open_run``) or one rank of it (``open_run(d).rank(r)``, a ``RankView``). What the
 browser gets comes from the engine records only, thinned to a bound whatever the length of
 the run (see :mod:`vinlens.widgets.training_monitor_payload`):
 
 - per module, the gradient norm of its own parameters and the std of its outputs at the
   sampled steps (the monitor's ring; every sampled step of a run log), drawn on a log
   colour scale;
-- for a run log, the every-step loss and global gradient norm (``TrainingRun.step_series``)
-  as curves above the heatmaps, one rank at a time (``rank``);
+- the every-step loss and global gradient norm (``step_series()``, of the monitor or of
+  the run log) as curves above the heatmaps: a run is read as curves first; a run log's
+  one rank at a time (``rank``);
 - the non-finite events (every rank's, for a run log) with their ``GradientOrigin``: the
   first :data:`~vinlens.health.EVENTS_KEPT` in full (later ones are counted);
 - an optional ``PrecisionReport`` (``precision_headroom``): each module's lowest headroom
@@ -27,13 +29,14 @@ something was.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
 
 import traitlets
 
-from vinlens.health import EVENTS_KEPT
+from vinlens.health import EVENTS_KEPT, RankView, open_run
 from vinlens.widgets._base import (
     BrowserSafeState,
     CommandContext,
@@ -48,6 +51,7 @@ from vinlens.widgets.training_monitor_payload import (
     origins_agree,
     precision_payload,
     run_payload,
+    series_payload,
 )
 
 __all__ = ["TrainingMonitorWidget", "monitor_payload", "precision_payload", "run_payload"]
@@ -73,8 +77,10 @@ class TrainingMonitorWidget(BrowserSafeState):
     :class:`~vinlens.health.TrainingRun`.
 
     Args:
-        monitor: The monitor the training loop calls ``run_step`` on, or a ``TrainingRun``
-            (``vinlens.health.open_run(log_dir)``), followed while it grows.
+        monitor: The monitor the training loop calls ``run_step`` on, or a run log,
+            followed while it grows: a ``TrainingRun`` (``vinlens.health.open_run(log_dir)``),
+            one rank of it (``open_run(log_dir).rank(r)``: that rank is shown first), or the
+            log's directory or URL (opened with ``open_run``).
         precision: A ``PrecisionReport`` (``precision_headroom``) to show as a column.
         interval: Least time in seconds between two updates of the heatmaps while a
             monitor's loop runs (events are sent at once); for a run, the time between two
@@ -92,7 +98,7 @@ class TrainingMonitorWidget(BrowserSafeState):
     an event from Python, and ``close()`` to stop following.
 
     Raises:
-        TypeError: ``monitor`` is neither, ``precision`` is not a ``PrecisionReport``, or
+        TypeError: ``monitor`` is none of these, ``precision`` is not a ``PrecisionReport``, or
             ``model`` is not a ``torch.nn.Module``.
         ValueError: a negative ``interval``, or ``model`` given with a monitor.
     """
@@ -121,10 +127,16 @@ class TrainingMonitorWidget(BrowserSafeState):
 
         from vinlens.health import PrecisionReport, TrainingMonitor, TrainingRun
 
+        first_rank = None
+        if isinstance(monitor, RankView):
+            monitor, first_rank = monitor.run, int(monitor.rank)
+        elif isinstance(monitor, str | os.PathLike):
+            monitor = open_run(monitor)
         if not isinstance(monitor, TrainingMonitor | TrainingRun):
             raise TypeError(
-                "monitor must be a vinlens.health.TrainingMonitor or a TrainingRun "
-                f"(vinlens.health.open_run(log_dir)), got {_kind(monitor)}"
+                "monitor must be a vinlens.health.TrainingMonitor, a TrainingRun "
+                "(vinlens.health.open_run(log_dir)), one rank of it (open_run(log_dir).rank(r)) "
+                f"or a run log's directory, got {_kind(monitor)}"
             )
         if precision is not None and not isinstance(precision, PrecisionReport):
             raise TypeError(
@@ -160,7 +172,7 @@ class TrainingMonitorWidget(BrowserSafeState):
         self._follow = None
         self._stop_listening = None
         if self.run is not None:
-            self.rank = self.run.ranks[0]
+            self.rank = self.run.ranks[0] if first_rank is None else first_rank
         elif self.monitor is not None:
             self.rank = int(self.monitor.rank)
         self.refresh()
@@ -285,7 +297,9 @@ class TrainingMonitorWidget(BrowserSafeState):
         with self._send_lock:
             if self.monitor is not None:
                 history = monitor_payload(self.monitor)
+                series = series_payload(*self.monitor.step_series())
                 self._sync_monitor_events(self.monitor.events)
+                self.series = series
                 self.history = history
             else:
                 run = self.run

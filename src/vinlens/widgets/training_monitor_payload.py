@@ -7,7 +7,7 @@ The browser gets engine records only, bounded whatever the length of the run:
   that, consecutive sampled steps share a column, which shows their largest value (an
   infinity wins, NaN only where every step of the column is NaN), so a spike is never
   thinned away. Every sampled step is in a column: thinned, never truncated;
-- the every-step loss and global gradient norm of a run log (``TrainingRun.step_series``):
+- the every-step loss and global gradient norm (``step_series()`` of a monitor or a run log):
   at most :data:`MAX_SERIES_BUCKETS` buckets of consecutive steps, each sent as its lowest
   and highest finite value and a flag for a non-finite one;
 - the non-finite events: the first :data:`~vinlens.health.EVENTS_KEPT` in full, then
