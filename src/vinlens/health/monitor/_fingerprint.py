@@ -21,6 +21,7 @@ from torch import nn
 
 from vinlens.health.summaries import labelled_modules
 from vinlens.hooks import HookSet
+from vinlens.model_inspection.summary import sums_of_squares
 
 if TYPE_CHECKING:
     from vinlens.health.monitor.runlog.writer import RunLogWriter
@@ -62,6 +63,18 @@ def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=device.type != "cpu")
 
 
+def _squares(dense: list[torch.Tensor]) -> torch.Tensor:
+    """The float64 sums of squares of one device's and dtype's tensors, then a 0 (the pad
+    the gather reads): one compiled pass per tensor on the CPU where numba is installed
+    (a float64 ``_foreach_norm`` widens element by element there, several times slower than
+    the step's own float32 work), else one ``_foreach_norm`` accumulating in float64."""
+    found = sums_of_squares(dense)
+    if found is not None:
+        return torch.tensor([*found, 0.0], dtype=torch.float64)
+    norms = torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float64))
+    return torch.cat((norms.square(), norms.new_zeros(1)))
+
+
 class _Norms:
     """Per-module L2 norms of a set of tensors: one ``_foreach_norm`` per device and dtype
     in float64, each module's squares gathered into a ``(modules, most owned)`` block and
@@ -84,8 +97,7 @@ class _Norms:
         for indices, gather in self._groups:
             group = [t for t in (tensors[i] for i in indices) if t is not None]
             dense = [t.coalesce().values() if t.is_sparse else t for t in group]
-            norms = torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float64))
-            padded = torch.cat((norms.square(), norms.new_zeros(1)))  # the pad gathers a 0
+            padded = _squares(dense)
             squares = _moved(padded[gather].sum(dim=1), self._device)
             total = squares if total is None else total + squares
         if total is None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from vinlens.model_inspection.summary._blocks import BLOCK_ELEMENTS, tensor_blocks
 from vinlens.model_inspection.summary._cache import FiniteCache, SummaryCache
-from vinlens.model_inspection.summary._cpu import finite_pair_sums
+from vinlens.model_inspection.summary._cpu import finite_pair_sums, sums_of_squares
 from vinlens.model_inspection.summary._moments import (
     SummaryAccumulator,
     TensorSummary,
@@ -58,5 +58,6 @@ __all__ = [
     "stored_elements",
     "summarize_tensor",
     "summary_unsupported_reason",
+    "sums_of_squares",
     "tensor_blocks",
 ]

@@ -12,7 +12,7 @@ import importlib
 import math
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -159,6 +159,30 @@ def finite_pair_sums(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, fl
         return None
     found: tuple[float, float, float] = kernels.pair_sums(flat_a.numpy(), flat_b.numpy())
     return found
+
+
+def sums_of_squares(tensors: Sequence[torch.Tensor]) -> list[float] | None:
+    """The float64 sum of squares of each CPU float32/float64 tensor, one compiled pass over
+    each tensor's memory (no float64 copy); None where the pass does not apply to all of
+    them (no numba, another device or dtype, a tensor that is not dense).
+
+    Each sum errs by at most ``gamma_k * sum(x^2)`` (as :func:`cpu_moments`). With numba,
+    this is about as fast as a float32 norm, where a float64 ``torch._foreach_norm`` over
+    float32 tensors on the CPU widens element by element, several times slower.
+    """
+    kernels = _kernels()
+    if kernels is None:
+        return None
+    flats = []
+    for tensor in tensors:
+        if tensor.device.type != "cpu" or tensor.dtype not in FAST_DTYPES:
+            return None
+        flat = _memory_order(tensor.detach())
+        if flat is None:
+            return None
+        flats.append(flat)
+    squares = kernels.squares
+    return [float(squares(flat.numpy())) if flat.numel() else 0.0 for flat in flats]
 
 
 def _memory_order(tensor: torch.Tensor) -> torch.Tensor | None:

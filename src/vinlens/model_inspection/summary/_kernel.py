@@ -70,3 +70,23 @@ def pair_sums(a: Any, b: Any) -> tuple[float, float, float]:  # pragma: no cover
         product += x * y
         largest = max(largest, abs(d))
     return largest, distance, product
+
+
+_SQUARES_SIGNATURES = [f"float64({dtype}[::1])" for dtype in ("float32", "float64")]
+
+
+@numba.njit(
+    _SQUARES_SIGNATURES,
+    nogil=True,
+    cache=True,
+    boundscheck=False,
+    fastmath={"reassoc", "contract"},
+)
+def squares(values: Any) -> float:  # pragma: no cover - compiled
+    """The sum of squares of ``values``, accumulated in float64 (the same flags and error
+    bound as :func:`moments`)."""
+    total = 0.0
+    for i in range(values.size):
+        v = np.float64(values[i])
+        total += v * v
+    return total
