@@ -59,7 +59,7 @@ def test_the_compiled_and_the_torch_paths_agree_within_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     generator = torch.Generator().manual_seed(4)
-    dense = [torch.randn(n, generator=generator) for n in (1, 17, 4096, 300_000)]
+    dense = [torch.randn(n, generator=generator) for n in (1, 17, 4096, 300_000, 70_000)]
     compiled = fingerprint._squares(dense)
     monkeypatch.setattr(fingerprint, "sums_of_squares", lambda tensors: None)
     fallback = fingerprint._squares(dense)

@@ -63,16 +63,26 @@ def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=device.type != "cpu")
 
 
+#: Tensors this large take the compiled CPU pass; smaller ones one fused float64 norm
+#: together, whose per-call cost is lower than a kernel call per tensor.
+_COMPILED_FROM = 1 << 15
+
+
 def _squares(dense: list[torch.Tensor]) -> torch.Tensor:
     """The float64 sums of squares of one device's and dtype's tensors, then a 0 (the pad
-    the gather reads): one compiled pass per tensor on the CPU where numba is installed
-    (a float64 ``_foreach_norm`` widens element by element there, several times slower than
-    the step's own float32 work), else one ``_foreach_norm`` accumulating in float64."""
-    found = sums_of_squares(dense)
+    the gather reads). On the CPU, with numba, each large tensor takes one compiled pass: a
+    float64 ``_foreach_norm`` widens element by element there, several times slower than
+    the step's own float32 work. Everything else is one ``_foreach_norm`` in float64."""
+    values = torch.zeros(len(dense) + 1, dtype=torch.float64, device=dense[0].device)
+    large = [i for i, t in enumerate(dense) if t.numel() >= _COMPILED_FROM]
+    found = sums_of_squares([dense[i] for i in large]) if large else None
+    rest = range(len(dense)) if found is None else sorted(set(range(len(dense))) - set(large))
     if found is not None:
-        return torch.tensor([*found, 0.0], dtype=torch.float64)
-    norms = torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float64))
-    return torch.cat((norms.square(), norms.new_zeros(1)))
+        values[large] = torch.tensor(found, dtype=torch.float64)
+    if rest:
+        norms = torch._foreach_norm([dense[i] for i in rest], 2, dtype=torch.float64)
+        values[list(rest)] = torch.stack(norms).square()
+    return values
 
 
 class _Norms:
