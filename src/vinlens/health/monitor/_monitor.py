@@ -108,6 +108,8 @@ class TrainingMonitor:
             the monitor appends its run log to (see :mod:`vinlens.health.monitor.runlog`); read
             it with :func:`vinlens.health.open_run`. None keeps everything in memory.
         storage_options: fsspec options for a ``log_dir`` URL.
+        resume: With ``log_dir``: continue the latest run there (a restarted script: its
+            steps are numbered on from the last one logged) instead of starting a new run.
         replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
             non-finite step, the first 16 of a run; 256 MiB by default); past it the
             bundle keeps the inputs and the output gradient, not the model's state.
@@ -136,8 +138,9 @@ class TrainingMonitor:
 
     Raises:
         TypeError: ``model`` is not a module.
-        ValueError: ``every`` is not a positive integer, unknown ``module_paths``, or an
-            ``on_nonfinite`` other than ``"raise"`` and ``"record"``.
+        ValueError: ``every`` is not a positive integer, unknown ``module_paths``, an
+            ``on_nonfinite`` other than ``"raise"`` and ``"record"``, or ``resume`` onto
+            a run that watched other module paths.
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class TrainingMonitor:
         on_nonfinite: Literal["raise", "record"] = "raise",
         log_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        resume: bool = False,
         replay_max_bytes: int = 256 << 20,
         ranks: Literal["all", "local"] | None = None,
         scaler: torch.amp.GradScaler | None = None,
@@ -204,10 +208,13 @@ class TrainingMonitor:
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
         if log_dir is not None:
+            from vinlens.health.monitor.runlog.runs import new_run_id
             from vinlens.health.monitor.runlog.writer import open_monitor_log
 
-            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS)
-            self._log = open_monitor_log(meta, log_dir, storage_options)
+            run_id = new_run_id(self._ranks.collective)
+            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS, run_id)
+            self._log = open_monitor_log(meta, log_dir, storage_options, resume=resume)
+            self._step = self._log.first_step
 
     # ------------------------------------------------------------------ the loop
 

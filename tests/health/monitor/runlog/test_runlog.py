@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from vinlens.health import TrainingMonitor, TrainingRun, open_run
-from vinlens.health.monitor.runlog.format import META, SAMPLES, STEPS, iter_records, sample_index
+from vinlens.health.monitor.runlog.format import (
+    META,
+    RUN,
+    SAMPLES,
+    STEPS,
+    iter_records,
+    sample_index,
+)
 
 SCRIPT = Path(__file__).parents[2] / "runlog_train.py"
 
@@ -122,16 +129,16 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
     ends = [end for _, _, end in iter_records(data)]
     cut_dir = tmp_path / "cut" / "rank-00000"
     cut_dir.mkdir(parents=True)
-    for cut in range(ends[0], len(data)):
+    for cut in range(ends[1], len(data)):
         (cut_dir / segment.name).write_bytes(data[:cut])
         run = open_run(tmp_path / "cut")
         whole = max(e for e in ends if e <= cut)
         expected = open_run_bytes(tmp_path / "exp", segment.name, data[:whole])
         assert run.sampled_steps() == expected.sampled_steps()
         np.testing.assert_array_equal(run.step_series().steps, expected.step_series().steps)
-    # Records: meta, the sampled steps 0, 2, 4 (one record), then the steps.
+    # Records: the run identity, meta, the sampled steps 0, 2, 4 (one record), the steps.
     kinds = [kind for kind, _, _ in iter_records(data)]
-    assert kinds == [META, SAMPLES, STEPS]
+    assert kinds == [RUN, META, SAMPLES, STEPS]
     whole_run = open_run(tmp_path / "whole")
 
     def flipped(at: int) -> TrainingRun:
@@ -140,14 +147,20 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
         (cut_dir / segment.name).write_bytes(bytes(corrupt))
         return open_run(tmp_path / "cut")
 
-    # A flipped byte inside a record's checksummed part ends the segment there.
-    broken = flipped(ends[0] + 20)  # the sampled steps' index
-    assert broken.sampled_steps() == () and len(broken.step_series().steps) == 0
-    broken = flipped(ends[1] + 20)  # the steps
+    # A flipped byte inside a record's checksummed part with a whole record after it is
+    # damage: skipped, reported, the records after it kept.
+    with pytest.warns(RuntimeWarning, match="sampled steps record"):
+        broken = flipped(ends[1] + 20)  # the sampled steps' index
+    assert broken.sampled_steps() == () and len(broken.step_series().steps) == 5
+    (damage,) = broken.damaged
+    assert (damage.offset, damage.length, damage.steps) == (ends[1], ends[2] - ends[1], range(0))
+    # In the last record of the rank's last segment it is a torn tail: not read, not damage.
+    broken = flipped(ends[2] + 20)  # the steps
     assert broken.sampled_steps() == (0, 2, 4) and len(broken.step_series().steps) == 0
+    assert broken.damaged == ()
     # A flipped byte in one field's values fails that field's checksum when it is read;
     # the other fields read as written.
-    _, _, modules, values = sample_index(data, ends[0] + 16)
+    _, _, modules, values = sample_index(data, ends[1] + 16)
     fields = list(whole_run.meta()["fields"])
     column = fields.index("grad_norm")
     broken = flipped(values + 8 * (column * 3 * modules + 1) + 3)
