@@ -57,6 +57,11 @@ def _open(args: argparse.Namespace) -> Any:
         return open_run(args.log_dir, storage_options=options, run_id=args.run_id)
 
 
+def _bounds(steps: range | None) -> list[int] | None:
+    """``[first, last]`` of the steps missing, ``[]`` for none, None when not known."""
+    return None if steps is None else [steps[0], steps[-1]] if steps else []
+
+
 def _add_log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
     parser.add_argument(
@@ -122,7 +127,7 @@ def _show(args: argparse.Namespace) -> int:
             "offset": d.offset,
             "length": d.length,
             "record": d.record,
-            "steps_missing": None if d.steps is None else [d.steps.start, d.steps.stop - 1],
+            "steps_missing": _bounds(d.steps),
         }
         for d in run.damaged
     ]

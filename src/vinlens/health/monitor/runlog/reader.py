@@ -41,7 +41,7 @@ from vinlens.health.monitor.runlog.format import (
     field_checksum,
     sample_index,
 )
-from vinlens.health.monitor.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.location import segment_seq, split_log_dir
 from vinlens.health.monitor.runlog.records_scan import (
     DAMAGED,
     RunDamage,
@@ -49,9 +49,8 @@ from vinlens.health.monitor.runlog.records_scan import (
     scan_segment,
 )
 from vinlens.health.monitor.runlog.replay import Replay, load_replay
-from vinlens.health.monitor.runlog.runs import RunInfo
+from vinlens.health.monitor.runlog.runs import RunInfo, run_infos
 from vinlens.health.monitor.runlog.view import RankView
-from vinlens.health.monitor.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
 __all__ = ["RankView", "RunDamage", "RunInfo", "StepSeries", "TrainingRun", "open_run"]
@@ -371,26 +370,11 @@ class TrainingRun:
         """Every run in the directory, oldest first, with its ranks and first and last steps
         (open another with ``open_run(log_dir, run_id=...)``)."""
         with self._lock:
-            by_key: dict[str, list[tuple[int, _Rank]]] = {}
-            for rank, directory in sorted(self._dirs.items()):
-                for key, state in directory.runs.items():
-                    if state.meta:
-                        by_key.setdefault(key, []).append((rank, state))
-        infos = []
-        for key, states in by_key.items():
-            firsts = [s.first_step for _, s in states if s.first_step is not None]
-            lasts = [s.last_step for _, s in states if s.last_step >= 0]
-            infos.append(
-                RunInfo(
-                    key or None,
-                    tuple(rank for rank, _ in states),
-                    min(firsts) if firsts else None,
-                    max(lasts) if lasts else None,
-                    max(s.started for _, s in states),
-                    len(states[0][1].meta["module_paths"]),
-                )
+            return run_infos(
+                (rank, key, state)
+                for rank, directory in sorted(self._dirs.items())
+                for key, state in directory.runs.items()
             )
-        return tuple(sorted(infos, key=lambda info: info.started))
 
     @property
     def damaged(self) -> tuple[RunDamage, ...]:

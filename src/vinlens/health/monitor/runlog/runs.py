@@ -12,13 +12,12 @@ starts a new run. A log written without identity is one run, ``run_id`` None.
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunInfo", "new_run_id", "paths_digest", "resume_point"]
+__all__ = ["RunInfo", "new_run_id", "paths_digest", "run_infos"]
 
 
 @dataclass(frozen=True)
@@ -61,32 +60,25 @@ def new_run_id(collective: bool) -> str:
     return run_id
 
 
-def resume_point(
-    log_dir: str | os.PathLike[str],
-    storage_options: Mapping[str, Any] | None,
-    module_paths: Sequence[str],
-) -> tuple[str | None, int] | None:
-    """``(run_id, first step)`` for a monitor resuming the latest run of ``log_dir``, or
-    None when the directory holds no run yet.
-
-    Raises:
-        ValueError: the latest run watched other module paths than ``module_paths``.
-    """
-    from vinlens.health.monitor.runlog.reader import TrainingRun
-
-    try:
-        run = TrainingRun(log_dir, storage_options=storage_options)
-    except FileNotFoundError:
-        return None
-    logged = run.module_paths
-    if tuple(logged) != tuple(module_paths):
-        missing = [p for p in module_paths if p not in logged][:3]
-        extra = [p for p in logged if p not in module_paths][:3]
-        raise ValueError(
-            f"resume=True: the latest run in {run.log_dir!r} (run {run.run_id}) watched"
-            f" {len(logged)} module paths and this monitor watches {len(module_paths)}"
-            f" (the model's only: {missing}; the run's only: {extra}); resume a run of the"
-            " same model, or leave resume False to start a new run in the directory"
+def run_infos(states: Iterable[tuple[int, str, Any]]) -> tuple[RunInfo, ...]:
+    """The :class:`RunInfo` of each run key among ``(rank, run key, that rank's records of
+    the run)``, oldest first (the key ``""``: a log written without run identity)."""
+    by_key: dict[str, list[tuple[int, Any]]] = {}
+    for rank, key, state in states:
+        if state.meta:
+            by_key.setdefault(key, []).append((rank, state))
+    infos = []
+    for key, found in by_key.items():
+        firsts = [s.first_step for _, s in found if s.first_step is not None]
+        lasts = [s.last_step for _, s in found if s.last_step >= 0]
+        infos.append(
+            RunInfo(
+                key or None,
+                tuple(rank for rank, _ in found),
+                min(firsts) if firsts else None,
+                max(lasts) if lasts else None,
+                max(s.started for _, s in found),
+                len(found[0][1].meta["module_paths"]),
+            )
         )
-    (info,) = (info for info in run.runs if info.run_id == run.run_id)
-    return run.run_id, (0 if info.last_step is None else info.last_step + 1)
+    return tuple(sorted(infos, key=lambda info: info.started))

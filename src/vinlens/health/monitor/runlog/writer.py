@@ -34,7 +34,12 @@ from vinlens.health.monitor.runlog.format import (
     encode_record,
     encode_samples,
 )
-from vinlens.health.monitor.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.location import (
+    rank_dir_name,
+    segment_name,
+    segment_seq,
+    split_log_dir,
+)
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -53,8 +58,6 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 _BUFFER_BYTES = 8 << 20
 #: Replay bundles written per rank and run (a NaN flood keeps the first ones).
 MAX_REPLAY_BUNDLES = 16
-_SEGMENT_PREFIX = "seg-"
-_SEGMENT_SUFFIX = ".vlr"
 
 
 class RunLogError(OSError):
@@ -62,22 +65,6 @@ class RunLogError(OSError):
 
     The monitor's in-memory history and events are kept; the writer stops writing.
     """
-
-
-def rank_dir_name(rank: int) -> str:
-    return f"rank-{rank:05d}"
-
-
-def segment_name(seq: int) -> str:
-    return f"{_SEGMENT_PREFIX}{seq:08d}{_SEGMENT_SUFFIX}"
-
-
-def segment_seq(name: str) -> int | None:
-    """The sequence number of a segment file name, None for any other file."""
-    if not (name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)):
-        return None
-    digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
-    return int(digits) if digits.isdigit() else None
 
 
 @dataclass
@@ -393,7 +380,8 @@ def open_monitor_log(
     import torch.distributed as dist
 
     import vinlens
-    from vinlens.health.monitor.runlog.runs import paths_digest, resume_point
+    from vinlens.health.monitor.runlog.resume import resume_point
+    from vinlens.health.monitor.runlog.runs import paths_digest
 
     run_id, first_step = run.run_id, 0
     if resume:
