@@ -80,6 +80,8 @@ def add_show_arguments(parser: argparse.ArgumentParser) -> None:
 def show(args: argparse.Namespace) -> int:
     try:
         return _show(args)
+    except BrokenPipeError:
+        raise  # the reader of stdout left: main() ends quietly
     except _USER_ERRORS as error:
         return _refuse("show", args, error)
 
