@@ -211,8 +211,7 @@ class TrainingMonitor:
             from vinlens.health.monitor.runlog.runs import new_run_id
             from vinlens.health.monitor.runlog.writer import open_monitor_log
 
-            run_id = new_run_id(self._ranks.collective)
-            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS, run_id)
+            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS, new_run_id())
             self._log = open_monitor_log(meta, log_dir, storage_options, resume=resume)
             self._step = self._log.first_step
 

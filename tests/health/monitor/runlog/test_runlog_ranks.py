@@ -1,5 +1,5 @@
-"""The ranks of one distributed run share its run identity (gloo, 2 processes), so
-``open_run`` reads them as one run."""
+"""The ranks of one distributed run share its run identity (gloo, 2 processes), with
+``ranks="all"`` and ``ranks="local"`` alike, so ``open_run`` reads them as one run."""
 
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ WORKER = textwrap.dedent(
     from torch.nn.parallel import DistributedDataParallel
     from vinlens.health import TrainingMonitor
 
-    rank, port, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    rank, port, log, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(3, 1))
-    with TrainingMonitor(model, every=1, log_dir=log) as monitor:
+    model = torch.nn.Linear(3, 1)
+    if mode == "all":
+        model = DistributedDataParallel(model)
+    with TrainingMonitor(model, every=1, log_dir=log, ranks=mode) as monitor:
         for _ in range(3):
             def step_fn():
                 model.zero_grad()
@@ -50,13 +52,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.timeout(180)
-def test_the_ranks_of_one_ddp_run_share_its_identity(tmp_path: Path) -> None:
+def test_the_ranks_of_one_run_share_its_identity(tmp_path: Path) -> None:
     log, port = tmp_path / "run", str(_free_port())
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    for _ in range(2):  # the directory reused: two runs of two ranks each
+    for mode in ("all", "local"):  # the directory reused: two runs of two ranks each
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(rank), port, str(log)],
+                [sys.executable, "-c", WORKER, str(rank), port, str(log), mode],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

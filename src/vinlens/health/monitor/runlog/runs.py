@@ -12,6 +12,7 @@ starts a new run. A log written without identity is one run, ``run_id`` None.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -47,17 +48,28 @@ def paths_digest(module_paths: Sequence[str]) -> str:
     return hashlib.sha256(joined).hexdigest()[:16]
 
 
-def new_run_id(collective: bool) -> str:
-    """A fresh run id; with ``collective`` (every rank builds the monitor and the ranks
-    agree on each step), rank 0's, so all ranks of one run share it."""
-    run_id = uuid.uuid4().hex
-    if collective:
-        import torch.distributed as dist
+#: Monitors this process built with a log under an initialized process group: the ranks
+#: build their monitors in the same order, so the n-th of each rank is the same run.
+_GENERATION = itertools.count()
 
-        box: list[object] = [run_id]
-        dist.broadcast_object_list(box, src=0)
-        run_id = str(box[0])
-    return run_id
+
+def new_run_id() -> str:
+    """A fresh run id. Under an initialized ``torch.distributed`` process group the ranks
+    share one: the first rank to ask puts its id in the group's key-value store
+    (``compare_set``, no collective: a rank that builds no monitor blocks nobody) and
+    every rank reads it back."""
+    run_id = uuid.uuid4().hex
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return run_id
+    key = f"vinlens/run_id/{next(_GENERATION)}"
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        shared = store.compare_set(key, "", run_id)
+    except (AttributeError, RuntimeError, ValueError):
+        return run_id  # no store to share through: each rank's run is its own
+    return shared.decode() if isinstance(shared, bytes) else str(shared)
 
 
 def run_infos(states: Iterable[tuple[int, str, Any]]) -> tuple[RunInfo, ...]:
