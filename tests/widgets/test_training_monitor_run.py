@@ -172,6 +172,7 @@ def test_the_rank_selector_shows_each_rank_and_the_events_of_all(tmp_path: Path)
     monitor = train(tmp_path / "run")
     paths = list(monitor.module_paths)
     meta = {"module_paths": paths, "fields": FIELDS, "every": 2, "rank": 1, "world_size": 2}
+    meta["run_id"] = open_run(tmp_path / "run").run_id  # rank 1 of the monitor's run
     writer = RunLogWriter(tmp_path / "run", storage_options=None, rank=1, meta=meta)
     for step in range(0, 8, 2):
         writer.sample(step, np.full((len(paths), len(FIELDS)), 7.0))

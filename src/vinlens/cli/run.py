@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from vinlens.cli.arguments import non_negative_int
@@ -37,24 +38,62 @@ SHOW_DESCRIPTION = (
     " TrainingMonitor(log_dir=...), local or on object storage, finished or still growing."
 )
 _TOP = 10
+#: What a user can fix about the arguments or the log: one line and exit status 2.
+_USER_ERRORS = (OSError, ValueError, TypeError, ImportError)
+
+
+def _refuse(command: str, args: argparse.Namespace, error: Exception) -> int:
+    """One line naming what is wrong and exit status 2 (``--debug``: the traceback)."""
+    if getattr(args, "debug", False):
+        raise error
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    print(f"vinlens run {command}: {'; '.join(lines) or type(error).__name__}")
+    return 2
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from vinlens.health import open_run
+
+    options = parse_storage_options(args.storage_options)
+    with warnings.catch_warnings():
+        # The damage is printed with the report; a warning line would say it twice.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return open_run(args.log_dir, storage_options=options, run_id=args.run_id)
+
+
+def _bounds(steps: range | None) -> list[int] | None:
+    """``[first, last]`` of the steps missing, ``[]`` for none, None when not known."""
+    return None if steps is None else [steps[0], steps[-1]] if steps else []
+
+
+def _add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
+    parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="the run to read when the directory holds several (default: the latest)",
+    )
 
 
 def add_show_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
+    _add_log_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_storage_option_argument(parser)
 
 
 def show(args: argparse.Namespace) -> int:
+    try:
+        return _show(args)
+    except BrokenPipeError:
+        raise  # the reader of stdout left: main() ends quietly
+    except _USER_ERRORS as error:
+        return _refuse("show", args, error)
+
+
+def _show(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from vinlens.health import open_run
-
-    try:
-        run = open_run(args.log_dir, storage_options=parse_storage_options(args.storage_options))
-    except (FileNotFoundError, ValueError, TypeError) as error:
-        print(f"vinlens run show: {error}")
-        return 2
+    run = _open(args)
     ranks: list[dict[str, Any]] = []
     for rank in run.ranks:
         series = run.step_series(rank)
@@ -87,10 +126,55 @@ def show(args: argparse.Namespace) -> int:
         }
         for e in run.events
     ]
+    damaged = [
+        {
+            "rank": d.rank,
+            "segment": d.segment,
+            "offset": d.offset,
+            "length": d.length,
+            "record": d.record,
+            "steps_missing": _bounds(d.steps),
+        }
+        for d in run.damaged
+    ]
+    runs = [
+        {
+            "run_id": r.run_id,
+            "ranks": list(r.ranks),
+            "first_step": r.first_step,
+            "last_step": r.last_step,
+        }
+        for r in run.runs
+    ]
     if args.json:
-        print(json.dumps({"log_dir": str(args.log_dir), "ranks": ranks, "events": events}))
+        report = {"log_dir": str(args.log_dir), "run_id": run.run_id, "runs": runs}
+        report |= {"ranks": ranks, "events": events, "damaged": damaged}
+        print(json.dumps(report))
         return 0
-    print(f"run log {args.log_dir}: ranks {', '.join(str(r['rank']) for r in ranks)}")
+    print(
+        f"run log {args.log_dir}: run {run.run_id}, ranks"
+        f" {', '.join(str(r['rank']) for r in ranks)}"
+    )
+    if len(runs) > 1:
+        print(f"the directory holds {len(runs)} runs (--run-id ID reads another):")
+        print(
+            format_table(
+                ["run", "ranks", "first step", "last step"],
+                [
+                    [
+                        str(r["run_id"]),
+                        ", ".join(map(str, r["ranks"])),
+                        str(r["first_step"]),
+                        str(r["last_step"]),
+                    ]
+                    for r in runs
+                ],
+            )
+        )
+    if damaged:
+        print(f"damaged records skipped: {len(damaged)}")
+        for d in run.damaged:
+            print(f"  {d.describe()}")
     print(
         format_table(
             ["rank", "steps", "sampled steps"],
@@ -137,7 +221,7 @@ EXIT_OTHER_ORIGIN = 4
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log_dir", metavar="LOG_DIR", help="run directory or URL (s3://, ...)")
+    _add_log_arguments(parser)
     parser.add_argument(
         "--step", type=non_negative_int, required=True, help="the step to replay (see run show)"
     )
@@ -190,12 +274,26 @@ def _origin_line(fields: dict[str, Any] | None) -> str:
     )
 
 
-def replay(args: argparse.Namespace) -> int:
+def _build(target: str, arguments: list[str] | None) -> Any:
+    """The model of ``--model TARGET``; an error of its constructor names TARGET."""
     from vinlens.cli.model import build_model, parse_constructor_args
-    from vinlens.health import open_run
 
     try:
-        run = open_run(args.log_dir, storage_options=parse_storage_options(args.storage_options))
+        return build_model(target, parse_constructor_args(arguments))
+    except ValueError as error:
+        if target in str(error):
+            raise
+        raise ValueError(f"--model {target}: {error}") from error
+    except Exception as error:
+        raise ValueError(
+            f"--model {target}: building the model raised {type(error).__name__}: {error}"
+            " (expected TARGET and --arg to construct the trained architecture)"
+        ) from error
+
+
+def replay(args: argparse.Namespace) -> int:
+    try:
+        run = _open(args)
         if args.rank not in run.ranks:
             raise ValueError(
                 f"{args.log_dir!r} has no rank {args.rank}; its ranks are"
@@ -214,12 +312,11 @@ def replay(args: argparse.Namespace) -> int:
                 f"{args.log_dir!r} rank {args.rank} has no replay bundle for step {args.step}"
                 f" ({why}); steps with one: {known}"
             )
-        model = build_model(args.model, parse_constructor_args(args.arg))
+        model = _build(args.model, args.arg)
         model.train(not args.eval)
         loaded = run.load_replay(args.step, model=model, rank=args.rank)
-    except (FileNotFoundError, ValueError, TypeError) as error:
-        print(f"vinlens run replay: {error}")
-        return 2
+    except _USER_ERRORS as error:
+        return _refuse("replay", args, error)
     recomputed = loaded.run()
     recorded_fields, recomputed_fields = _origin_fields(loaded.origin), _origin_fields(recomputed)
     if recomputed_fields is None:

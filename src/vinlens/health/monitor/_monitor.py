@@ -1,16 +1,6 @@
-"""Health of a training loop at almost no cost: :class:`TrainingMonitor`.
-
-Every step costs one fused norm over the parameters' gradients and one scalar read:
-a step whose gradients hold NaN or Inf is replayed once, from the random-number state
-saved when it started (torch's CPU and CUDA generators, Python's ``random`` and NumPy's
-global generator), under :func:`find_nonfinite_gradient_origin`, then the model's buffers
-and gradients are put back as the step left them, and the step is recorded as a
-:class:`NonFiniteEvent` (raising :class:`NonFiniteGradientError` before the caller's
-optimizer step, unless told to only record). One step in ``every`` is *sampled*: module
-hooks are armed for that step only, fold each module's outputs into a summary, and the
-gradient norm of each module's own parameters is read after the backward. The samples
-live in a ring of the last :data:`HISTORY_SAMPLES` sampled steps beside streaming totals
-over every sampled step, so memory does not grow with the length of the run.
+"""Health of a training loop at almost no cost: :class:`TrainingMonitor` (one fused gradient
+norm per step, a non-finite step replayed to its origin, one step in ``every`` sampled into
+a bounded history; its parts are the private modules beside this one).
 """
 
 from __future__ import annotations
@@ -109,6 +99,8 @@ class TrainingMonitor:
             the monitor appends its run log to (see :mod:`vinlens.health.monitor.runlog`); read
             it with :func:`vinlens.health.open_run`. None keeps everything in memory.
         storage_options: fsspec options for a ``log_dir`` URL.
+        resume: With ``log_dir``: continue the latest run there (a restarted script: its
+            steps are numbered on from the last one logged) instead of starting a new run.
         replay_max_bytes: Bound of one replay bundle (written with ``log_dir`` for each
             non-finite step, the first 16 of a run; 256 MiB by default); past it the
             bundle keeps the inputs and the output gradient, not the model's state.
@@ -137,8 +129,9 @@ class TrainingMonitor:
 
     Raises:
         TypeError: ``model`` is not a module.
-        ValueError: ``every`` is not a positive integer, unknown ``module_paths``, or an
-            ``on_nonfinite`` other than ``"raise"`` and ``"record"``.
+        ValueError: ``every`` is not a positive integer, unknown ``module_paths``, an
+            ``on_nonfinite`` other than ``"raise"`` and ``"record"``, or ``resume`` onto
+            a run that watched other module paths.
     """
 
     def __init__(
@@ -150,6 +143,7 @@ class TrainingMonitor:
         on_nonfinite: Literal["raise", "record"] = "raise",
         log_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        resume: bool = False,
         replay_max_bytes: int = 256 << 20,
         ranks: Literal["all", "local"] | None = None,
         scaler: torch.amp.GradScaler | None = None,
@@ -205,10 +199,12 @@ class TrainingMonitor:
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
         if log_dir is not None:
+            from vinlens.health.monitor.runlog.runs import new_run_id
             from vinlens.health.monitor.runlog.writer import open_monitor_log
 
-            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS)
-            self._log = open_monitor_log(meta, log_dir, storage_options)
+            meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS, new_run_id())
+            self._log = open_monitor_log(meta, log_dir, storage_options, resume=resume)
+            self._step = self._log.first_step
         self._prints = StepPrints(model, self._module, self.module_paths, self._log)
 
     # ------------------------------------------------------------------ the loop

@@ -24,6 +24,8 @@ class RunMeta:
     every: int
     rank: int
     fields: tuple[str, ...]
+    #: The run identity stamped on the log's segments (see runlog/runs.py); None: none.
+    run_id: str | None = None
 
 
 #: Columns of :meth:`TrainingMonitor.history_matrix`.

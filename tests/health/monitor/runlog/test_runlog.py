@@ -20,6 +20,7 @@ from vinlens.health.monitor.runlog.format import (
     FINGERPRINTS,
     META,
     ORDER,
+    RUN,
     SAMPLES,
     STEPS,
     iter_records,
@@ -130,18 +131,19 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
     ends = [end for _, _, end in iter_records(data)]
     cut_dir = tmp_path / "cut" / "rank-00000"
     cut_dir.mkdir(parents=True)
-    for cut in range(ends[0], len(data)):
+    for cut in range(ends[1], len(data)):
         (cut_dir / segment.name).write_bytes(data[:cut])
         run = open_run(tmp_path / "cut")
         whole = max(e for e in ends if e <= cut)
         expected = open_run_bytes(tmp_path / "exp", segment.name, data[:whole])
         assert run.sampled_steps() == expected.sampled_steps()
         np.testing.assert_array_equal(run.step_series().steps, expected.step_series().steps)
-    # Records: meta, the order of outputs and gradients (sampled step 0), the sampled steps
-    # 0, 2, 4 (one record), the steps' fingerprints, then the steps.
+    # Records: the run identity, meta, the order of outputs and gradients (sampled step 0),
+    # the sampled steps 0, 2, 4 (one record), the steps' fingerprints, then the steps.
     kinds = [kind for kind, _, _ in iter_records(data)]
-    assert kinds == [META, ORDER, SAMPLES, FINGERPRINTS, STEPS]
+    assert kinds == [RUN, META, ORDER, SAMPLES, FINGERPRINTS, STEPS]
     start = {kind: ([0, *ends])[i] for i, kind in enumerate(kinds)}  # where each record begins
+    end = dict(zip(kinds, ends, strict=True))
     whole_run = open_run(tmp_path / "whole")
 
     def flipped(at: int) -> TrainingRun:
@@ -150,11 +152,21 @@ def test_a_torn_tail_is_ignored_at_every_cut(tmp_path: Path) -> None:
         (cut_dir / segment.name).write_bytes(bytes(corrupt))
         return open_run(tmp_path / "cut")
 
-    # A flipped byte inside a record's checksummed part ends the segment there.
-    broken = flipped(start[SAMPLES] + 20)  # the sampled steps' index
-    assert broken.sampled_steps() == () and len(broken.step_series().steps) == 0
+    # A flipped byte inside a record's checksummed part with a whole record after it is
+    # damage: skipped, reported, the records after it kept.
+    with pytest.warns(RuntimeWarning, match="sampled steps record"):
+        broken = flipped(start[SAMPLES] + 20)  # the sampled steps' index
+    assert broken.sampled_steps() == () and len(broken.step_series().steps) == 5
+    (damage,) = broken.damaged
+    assert (damage.offset, damage.length, damage.steps) == (
+        start[SAMPLES],
+        end[SAMPLES] - start[SAMPLES],
+        range(0),
+    )
+    # In the last record of the rank's last segment it is a torn tail: not read, not damage.
     broken = flipped(start[STEPS] + 20)  # the steps
     assert broken.sampled_steps() == (0, 2, 4) and len(broken.step_series().steps) == 0
+    assert broken.damaged == ()
     # A flipped byte in one field's values fails that field's checksum when it is read;
     # the other fields read as written.
     _, _, modules, values = sample_index(data, start[SAMPLES] + 16)

@@ -1,9 +1,11 @@
-"""The training flight recorder: a run log a notebook opens while it grows.
+"""The run log: a training run's records, which a notebook opens while they grow.
 
 ``TrainingMonitor(log_dir=...)`` writes, per rank, segments of length-prefixed,
 CRC-checked records (:mod:`~vinlens.health.monitor.runlog.format`, written by
-:mod:`~vinlens.health.monitor.runlog.writer`); :func:`open_run` reads them back as the monitor's
-own records (:mod:`~vinlens.health.monitor.runlog.reader`).
+:mod:`~vinlens.health.monitor.runlog.writer`), each segment stamped with its run's identity
+(:mod:`~vinlens.health.monitor.runlog.runs`); :func:`open_run` reads one run back as the
+monitor's own records (:mod:`~vinlens.health.monitor.runlog.reader`), skipping and
+reporting damaged records (:mod:`~vinlens.health.monitor.runlog.records_scan`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from vinlens.health.monitor.runlog.compare import (
 )
 from vinlens.health.monitor.runlog.fingerprints import Fingerprints
 from vinlens.health.monitor.runlog.reader import StepSeries, TrainingRun, open_run
+from vinlens.health.monitor.runlog.records_scan import RunDamage
 from vinlens.health.monitor.runlog.replay import DEFAULT_REPLAY_MAX_BYTES, Replay, load_replay
+from vinlens.health.monitor.runlog.runs import RunInfo
 from vinlens.health.monitor.runlog.view import RankView
 from vinlens.health.monitor.runlog.writer import DEFAULT_FLUSH_INTERVAL, RunLogError
 
@@ -29,7 +33,9 @@ __all__ = [
     "ModuleDivergence",
     "RankView",
     "Replay",
+    "RunDamage",
     "RunDivergence",
+    "RunInfo",
     "RunLogError",
     "StepSeries",
     "TrainingRun",

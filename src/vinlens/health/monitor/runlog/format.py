@@ -2,9 +2,11 @@
 
 A segment is a sequence of records. Each record is a 16-byte header (magic ``VLR1``, a
 kind byte, three zero bytes, the payload length and the CRC-32 of kind and payload, all
-little-endian) followed by its payload. A reader takes records while the header is whole,
-the magic matches, the payload is all there and its checksum agrees; the first record
-that fails any of these ends the segment (a torn tail from a killed writer, never data).
+little-endian) followed by its payload. A record is whole when the header is whole, the
+magic matches, the payload is all there and its checksum agrees. A record that is not
+whole at the end of a rank's last segment is a torn tail (a writer killed mid-write, or a
+write not finished yet); one with whole records after it is damage, which the reader skips
+and reports (:mod:`~vinlens.health.monitor.runlog.records_scan`).
 
 A :data:`SAMPLES` record (the sampled steps of one flush) is the exception to "CRC of the
 whole payload": its CRC covers its index (counts, steps and one checksum per field), and
@@ -32,8 +34,10 @@ from vinlens.model_inspection import TensorSummary
 __all__ = [
     "EVENT",
     "FINGERPRINTS",
+    "KIND_NAMES",
     "META",
     "ORDER",
+    "RUN",
     "SAMPLE",
     "SAMPLES",
     "STEPS",
@@ -64,12 +68,26 @@ EVENT = 4
 #: then float64 values ``(fields, n, modules)``: each field's ``n x modules`` block is
 #: contiguous. The header's CRC covers the payload up to the values.
 SAMPLES = 5
-_SAMPLES_HEAD = struct.Struct("<IIII")
 #: Every-step fingerprints of a batch of steps: inputs, weight and gradient norms per module
 #: (see :mod:`~vinlens.health.monitor.runlog.fingerprints`).
 FINGERPRINTS = 6
 #: The order of a sampled step's module outputs and parameter gradients (JSON).
 ORDER = 7
+#: The run identity (JSON: ``run_id``, ``paths_digest``), first in every segment a writer
+#: starts, so each segment names its run even when it holds no metadata record.
+RUN = 10
+#: A name per record kind, for messages.
+KIND_NAMES = {
+    META: "metadata",
+    STEPS: "steps",
+    SAMPLE: "sampled step",
+    EVENT: "event",
+    SAMPLES: "sampled steps",
+    FINGERPRINTS: "fingerprints",
+    ORDER: "output and gradient order",
+    RUN: "run identity",
+}
+_SAMPLES_HEAD = struct.Struct("<IIII")
 
 
 def field_checksum(values: np.ndarray[Any, Any]) -> int:

@@ -1,4 +1,4 @@
-"""Where a run log lives: a local path or an fsspec URL."""
+"""Where a run log lives (a local path or an fsspec URL), and the names of its files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["split_log_dir"]
+__all__ = ["rank_dir_name", "segment_name", "segment_seq", "split_log_dir"]
+
+_SEGMENT_PREFIX = "seg-"
+_SEGMENT_SUFFIX = ".vlr"
 
 
 def split_log_dir(
@@ -28,3 +31,19 @@ def split_log_dir(
 
     fs, root = fsspec.core.url_to_fs(log_dir, **dict(storage_options or {}))
     return fs, str(root).rstrip("/")
+
+
+def rank_dir_name(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def segment_name(seq: int) -> str:
+    return f"{_SEGMENT_PREFIX}{seq:08d}{_SEGMENT_SUFFIX}"
+
+
+def segment_seq(name: str) -> int | None:
+    """The sequence number of a segment file name, None for any other file."""
+    if not (name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)):
+        return None
+    digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
+    return int(digits) if digits.isdigit() else None

@@ -14,6 +14,7 @@ import os
 import struct
 import threading
 import types
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,23 +38,30 @@ from vinlens.health.monitor.runlog.fingerprints import (
 from vinlens.health.monitor.runlog.format import (
     EVENT,
     FINGERPRINTS,
+    HEADER_SIZE,
     META,
     ORDER,
+    RUN,
     SAMPLE,
     SAMPLES,
     STEPS,
     decode_json,
     field_checksum,
-    iter_records,
     sample_index,
 )
-from vinlens.health.monitor.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.location import segment_seq, split_log_dir
+from vinlens.health.monitor.runlog.records_scan import (
+    DAMAGED,
+    RunDamage,
+    damaged_kind,
+    scan_segment,
+)
 from vinlens.health.monitor.runlog.replay import Replay, load_replay
+from vinlens.health.monitor.runlog.runs import RunInfo, run_infos
 from vinlens.health.monitor.runlog.view import RankView
-from vinlens.health.monitor.runlog.writer import segment_seq
 from vinlens.model_inspection import SummaryAccumulator, TensorSummary
 
-__all__ = ["RankView", "StepSeries", "TrainingRun", "open_run"]
+__all__ = ["RankView", "RunDamage", "RunInfo", "StepSeries", "TrainingRun", "open_run"]
 
 _COUNTS = ("count", "nan_count", "posinf_count", "neginf_count")
 
@@ -63,6 +71,18 @@ class _Segment:
     path: str
     data: Any = b""  # the bytes read so far: a read-only memory map of a local file
     read: int = 0  # where the first record not yet taken starts
+    run: str | None = None  # the key of the run it belongs to, once its first record is read
+    closed: bool = False  # read to its end knowing another segment follows it
+
+
+@dataclass
+class _Damage:
+    segment: str
+    offset: int
+    end: int
+    record: str
+    after: int  # the last step read before it (-1: none)
+    before: int | None = None  # the first step read after it
 
 
 @dataclass(frozen=True)
@@ -87,29 +107,51 @@ class _Rank:
     sample_steps: list[int] = field(default_factory=list)
     blocks: list[_Block] = field(default_factory=list)
     events: list[NonFiniteEvent] = field(default_factory=list)
-    bundles: dict[int, str] = field(default_factory=dict)
+    bundles: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     path: str = ""
     prints: list[FingerprintBlock] = field(default_factory=list)
     orders: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0
+    first_step: int | None = None
+    last_step: int = -1
+    damage: list[_Damage] = field(default_factory=list)
+
+
+@dataclass
+class _Dir:
+    """One rank directory: its segments and, per run key, that run's records."""
+
+    path: str
+    segments: dict[str, _Segment] = field(default_factory=dict)
+    runs: dict[str, _Rank] = field(default_factory=dict)
 
 
 def open_run(
-    log_dir: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+    log_dir: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> TrainingRun:
     """Open a run directory written by ``TrainingMonitor(log_dir=...)`` (live or finished).
 
+    A directory may hold several runs (:attr:`TrainingRun.runs`); this reads the latest
+    one, or the one whose id is ``run_id``, and never mixes two in one series.
+
     Raises:
         FileNotFoundError: ``log_dir`` holds no rank directory with a whole metadata record.
-        ValueError: ``storage_options`` given for a local path.
+        NotADirectoryError: ``log_dir`` is a file.
+        ValueError: ``storage_options`` given for a local path, or no run ``run_id`` there.
     """
-    return TrainingRun(log_dir, storage_options=storage_options)
+    return TrainingRun(log_dir, storage_options=storage_options, run_id=run_id)
 
 
 class TrainingRun:
     """A run log as records: every rank's steps, sampled steps and events.
 
     It reads whole records only (a torn tail is left for a later :meth:`refresh`, which
-    reads what was appended since).
+    reads what was appended since); damaged records are skipped and reported in
+    :attr:`damaged`, with a warning. It reads one run of the directory (:attr:`run_id`,
+    chosen when it is opened: a later run appearing meanwhile is listed in :attr:`runs`).
     """
 
     def __init__(
@@ -117,14 +159,26 @@ class TrainingRun:
         log_dir: str | os.PathLike[str],
         *,
         storage_options: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.log_dir = os.fspath(log_dir) if isinstance(log_dir, os.PathLike) else log_dir
         self.storage_options = dict(storage_options or {})
         self._fs, self._root = split_log_dir(log_dir, storage_options)
+        if self._fs is None and os.path.exists(self._root) and not os.path.isdir(self._root):
+            raise NotADirectoryError(
+                f"{self.log_dir!r} is a file, not a vinlens run log (expected the directory"
+                " given as TrainingMonitor(log_dir=...), holding rank-NNNNN directories)"
+            )
+        self._dirs: dict[int, _Dir] = {}
         self._ranks: dict[int, _Rank] = {}
+        self._selected: str | None = None
+        self._requested = run_id
         self._lock = threading.Lock()
         self.refresh()
         if not self._ranks:
+            if run_id is not None and self.runs:
+                known = ", ".join(str(r.run_id) for r in self.runs)
+                raise ValueError(f"{self.log_dir!r} has no run {run_id!r}; its runs are {known}")
             raise FileNotFoundError(
                 f"{self.log_dir!r} is not a vinlens run log (no rank-NNNNN directory with a"
                 " whole metadata record)"
@@ -164,38 +218,98 @@ class TrainingRun:
 
     def refresh(self) -> TrainingRun:
         """Read what was appended since the last read; returns ``self``."""
+        found: list[tuple[int, _Damage]] = []
         with self._lock:
             for name in self._list(self._root):
                 if not name.startswith("rank-") or not name[5:].isdigit():
                     continue
                 rank = int(name[5:])
-                state = self._ranks.get(rank) or _Rank(path=f"{self._root}/{name}")
-                self._refresh_rank(state, f"{self._root}/{name}")
-                if state.meta:
-                    self._ranks[rank] = state
+                directory = self._dirs.setdefault(rank, _Dir(f"{self._root}/{name}"))
+                self._refresh_rank(rank, directory, found)
+            self._select()
+            lines = [_public(rank, damage).describe() for rank, damage in found]
+        for line in lines:
+            warnings.warn(f"run log {self.log_dir!r}, {line}", RuntimeWarning, stacklevel=2)
         return self
 
-    def _refresh_rank(self, state: _Rank, path: str) -> None:
-        names = [n for n in self._list(path) if segment_seq(n) is not None]
-        for name in sorted(names, key=lambda n: segment_seq(n) or 0):
-            segment = state.segments.get(name)
+    def _select(self) -> None:
+        """Pin the run read (the requested one, else the latest when first found) and
+        point each rank at its records of that run."""
+        if self._selected is None:
+            started: dict[str, float] = {}
+            for directory in self._dirs.values():
+                for key, state in directory.runs.items():
+                    if state.meta:
+                        started[key] = max(started.get(key, 0.0), state.started)
+            if self._requested is not None:
+                if self._requested in started:
+                    self._selected = self._requested
+            elif started:
+                self._selected = max(started, key=lambda k: started[k])
+        selected = self._selected
+        self._ranks = {
+            rank: directory.runs[selected]
+            for rank, directory in sorted(self._dirs.items())
+            if selected in directory.runs and directory.runs[selected].meta
+        }
+
+    def _refresh_rank(self, rank: int, directory: _Dir, found: list[tuple[int, _Damage]]) -> None:
+        names = [n for n in self._list(directory.path) if segment_seq(n) is not None]
+        names.sort(key=lambda n: segment_seq(n) or 0)
+        previous = ""  # a segment that names no run continues the one before it
+        for index, name in enumerate(names):
+            closed = index + 1 < len(names)
+            segment = directory.segments.get(name)
             if segment is None:
-                segment = state.segments[name] = _Segment(f"{path}/{name}")
-            if not self._load(segment):
-                continue
-            for kind, offset, end in iter_records(segment.data, segment.read):
-                self._take(state, segment, kind, offset, end)
-                segment.read = end
+                segment = directory.segments[name] = _Segment(f"{directory.path}/{name}")
+            grew = self._load(segment)
+            if grew or (closed and not segment.closed and segment.read < len(segment.data)):
+                segment.closed = closed
+                scan = scan_segment(segment.data, segment.read, closed=closed)
+                for kind, offset, end in scan.items:
+                    if segment.run is None:
+                        segment.run = self._run_key(segment, kind, offset, end, previous)
+                    state = directory.runs.get(segment.run)
+                    if state is None:
+                        state = directory.runs[segment.run] = _Rank(path=directory.path)
+                    if kind == DAMAGED:
+                        kind_name = damaged_kind(segment.data, offset)
+                        damage = _Damage(segment.path, offset, end, kind_name, state.last_step)
+                        state.damage.append(damage)
+                        found.append((rank, damage))
+                    else:
+                        self._take(state, segment, kind, offset, end)
+                segment.read = scan.read
+            if segment.run is not None:
+                previous = segment.run
+
+    @staticmethod
+    def _run_key(segment: _Segment, kind: int, offset: int, end: int, previous: str) -> str:
+        """The run a segment belongs to, from its first record: a writer's segments begin
+        with their run's identity (a log written without one is the run ``""``)."""
+        if offset == HEADER_SIZE and kind in (RUN, META):
+            run_id = decode_json(segment.data[offset:end]).get("run_id")
+            return run_id if isinstance(run_id, str) else ""
+        return previous
 
     def _take(self, state: _Rank, segment: _Segment, kind: int, offset: int, end: int) -> None:
         data = segment.data
         if kind == META:
+            meta = decode_json(data[offset:end])
             if not state.meta:
-                state.meta = decode_json(data[offset:end])
+                state.meta = meta
+            state.started = max(state.started, float(meta.get("started", 0.0)))
         elif kind == STEPS:
             (n,) = struct.unpack_from("<I", data, offset)
             base = offset + 4
-            state.steps.append(np.frombuffer(data, "<i8", n, base).copy())
+            steps = np.frombuffer(data, "<i8", n, base).copy()
+            if n:
+                for damage in state.damage:
+                    if damage.before is None:
+                        damage.before = int(steps[0])
+                state.first_step = int(steps[0]) if state.first_step is None else state.first_step
+                state.last_step = max(state.last_step, int(steps.max()))
+            state.steps.append(steps)
             state.norms.append(np.frombuffer(data, "<f8", n, base + 8 * n).copy())
             state.losses.append(np.frombuffer(data, "<f8", n, base + 16 * n).copy())
         elif kind == SAMPLES:
@@ -210,7 +324,12 @@ class TrainingRun:
         elif kind == EVENT:
             fields = decode_json(data[offset:end])
             if fields.get("replay"):
-                state.bundles[int(fields["step"])] = f"{state.path}/{fields['replay']}"
+                digest = fields.get("replay_sha256")
+                where = f"{state.path}/{fields['replay']}"
+                state.bundles[int(fields["step"])] = (
+                    where,
+                    digest if isinstance(digest, str) else None,
+                )
             state.events.append(_event(fields))
         elif kind == FINGERPRINTS:
             state.prints.append(decode_fingerprints(data, offset, end))
@@ -252,8 +371,35 @@ class TrainingRun:
 
     @property
     def ranks(self) -> tuple[int, ...]:
-        """The ranks that wrote to the directory, ascending."""
+        """The ranks that wrote to the run read, ascending."""
         return tuple(sorted(self._ranks))
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run read (None for a log written without run identity)."""
+        return self._selected or None
+
+    @property
+    def runs(self) -> tuple[RunInfo, ...]:
+        """Every run in the directory, oldest first, with its ranks and first and last steps
+        (open another with ``open_run(log_dir, run_id=...)``)."""
+        with self._lock:
+            return run_infos(
+                (rank, key, state)
+                for rank, directory in sorted(self._dirs.items())
+                for key, state in directory.runs.items()
+            )
+
+    @property
+    def damaged(self) -> tuple[RunDamage, ...]:
+        """The damaged stretches of the run's segments that the reader skipped (each was
+        also warned about when it was first read), in rank and segment order."""
+        with self._lock:
+            return tuple(
+                _public(rank, damage)
+                for rank, state in sorted(self._ranks.items())
+                for damage in state.damage
+            )
 
     @property
     def module_paths(self) -> tuple[str, ...]:
@@ -377,7 +523,7 @@ class TrainingRun:
                 event), or the bundle is refused (see :func:`load_replay`).
         """
         state = self._rank(rank)
-        path = state.bundles.get(step)
+        path, digest = state.bundles.get(step, (None, None))
         if path is None:
             known = ", ".join(map(str, sorted(state.bundles))) or "none"
             raise ValueError(
@@ -386,7 +532,7 @@ class TrainingRun:
             )
         if self._fs is not None:
             path = self._fs.unstrip_protocol(path)
-        return load_replay(path, model, storage_options=self.storage_options or None)
+        return load_replay(path, model, storage_options=self.storage_options or None, sha256=digest)
 
     def export_tensorboard(self, logdir: str | os.PathLike[str]) -> tuple[str, ...]:
         """Write the every-step series, the per-module gradient norms (scalars) and the
@@ -398,7 +544,13 @@ class TrainingRun:
         return export_tensorboard(self, logdir)
 
     def __repr__(self) -> str:
-        return f"TrainingRun({self.log_dir!r}, ranks={list(self.ranks)})"
+        return f"TrainingRun({self.log_dir!r}, run_id={self.run_id!r}, ranks={list(self.ranks)})"
+
+
+def _public(rank: int, damage: _Damage) -> RunDamage:
+    steps = None if damage.before is None else range(damage.after + 1, damage.before)
+    length = damage.end - damage.offset
+    return RunDamage(rank, damage.segment, damage.offset, length, damage.record, steps)
 
 
 _EVENT_FIELDS = {f.name for f in dataclasses.fields(NonFiniteEvent)}

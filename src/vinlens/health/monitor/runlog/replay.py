@@ -9,6 +9,7 @@ the random-number states saved when the step started.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import pickle
@@ -267,6 +268,11 @@ class Replay:
         return find_nonfinite_gradient_origin(self.model, self.step_fn)
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _read(path_or_url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> bytes:
     fs, path = split_log_dir(path_or_url, storage_options)
     try:
@@ -284,25 +290,43 @@ def load_replay(
     model: nn.Module,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    sha256: str | None = None,
 ) -> Replay:
     """Load a replay bundle into ``model`` (constructed by the caller, same architecture).
 
+    ``sha256``: the bundle's digest as its event recorded it
+    (:meth:`TrainingRun.load_replay` passes it): a bundle whose bytes changed since it was
+    written is refused rather than replayed.
+
     Raises:
         FileNotFoundError: no bundle there.
-        ValueError: the file is not a plain tensor file (``torch.load(weights_only=True)``
-            refused it: it would build other objects or run code), not a bundle, or its
-            state does not fit ``model``.
+        ValueError: the file is empty, cut short or damaged (not a whole ``torch.save``
+            file, or its digest is not ``sha256``), not a plain tensor file
+            (``torch.load(weights_only=True)`` refused it: it would build other objects or
+            run code), not a bundle, or its state does not fit ``model``.
     """
     where = os.fspath(path_or_url)
     raw = _read(path_or_url, storage_options)
+    if not raw:
+        raise ValueError(f"{where!r} is empty (0 bytes); expected a vinlens replay bundle")
+    if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+        raise ValueError(
+            f"{where!r} fails its checksum: its {len(raw)} bytes are not the bundle that was"
+            " written (the file was damaged or replaced); it is not replayed"
+        )
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
         data = torch.load(io.BytesIO(raw), weights_only=True, map_location=device)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+    except pickle.UnpicklingError as error:
         raise ValueError(
             f"{where!r} is not a plain tensor file; torch.load(weights_only=True) refused it"
             f" (a bundle never needs code to load, and vinlens never runs code from a run"
-            f" log): {str(error).splitlines()[0]}"
+            f" log): {_first_line(error)}"
+        ) from error
+    except (RuntimeError, EOFError, ValueError, IndexError, KeyError) as error:
+        raise ValueError(
+            f"{where!r} ({len(raw)} bytes) is not a whole torch.save file (cut short or"
+            f" damaged); expected a vinlens replay bundle: {_first_line(error)}"
         ) from error
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise ValueError(f"{where!r} is not a vinlens replay bundle (format {_FORMAT})")

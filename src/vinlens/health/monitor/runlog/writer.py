@@ -5,10 +5,13 @@ Records are buffered in memory and reach the directory at least every
 records to its current segment and rotates it past ``segment_bytes``; on object storage
 (an fsspec URL: no append) every flush writes one new segment object, so each object is
 whole when it appears. A killed writer leaves whole records and at most one torn tail.
+Every segment (and object) a writer starts begins with its run identity
+(:mod:`~vinlens.health.monitor.runlog.runs`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import struct
@@ -29,12 +32,18 @@ from vinlens.health.monitor.runlog.format import (
     FINGERPRINTS,
     META,
     ORDER,
+    RUN,
     STEPS,
     encode_json,
     encode_record,
     encode_samples,
 )
-from vinlens.health.monitor.runlog.location import split_log_dir
+from vinlens.health.monitor.runlog.location import (
+    rank_dir_name,
+    segment_name,
+    segment_seq,
+    split_log_dir,
+)
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL",
@@ -53,8 +62,6 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 _BUFFER_BYTES = 8 << 20
 #: Replay bundles written per rank and run (a NaN flood keeps the first ones).
 MAX_REPLAY_BUNDLES = 16
-_SEGMENT_PREFIX = "seg-"
-_SEGMENT_SUFFIX = ".vlr"
 
 
 class RunLogError(VinlensError, OSError):
@@ -62,22 +69,6 @@ class RunLogError(VinlensError, OSError):
 
     The monitor's in-memory history and events are kept; the writer stops writing.
     """
-
-
-def rank_dir_name(rank: int) -> str:
-    return f"rank-{rank:05d}"
-
-
-def segment_name(seq: int) -> str:
-    return f"{_SEGMENT_PREFIX}{seq:08d}{_SEGMENT_SUFFIX}"
-
-
-def segment_seq(name: str) -> int | None:
-    """The sequence number of a segment file name, None for any other file."""
-    if not (name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)):
-        return None
-    digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
-    return int(digits) if digits.isdigit() else None
 
 
 @dataclass
@@ -109,6 +100,7 @@ class RunLogWriter:
         meta: Mapping[str, object],
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        first_step: int = 0,
     ) -> None:
         if not (isinstance(flush_interval, int | float) and 0 < flush_interval <= 3600):
             raise ValueError(f"flush_interval must be seconds in (0, 3600], got {flush_interval!r}")
@@ -130,6 +122,10 @@ class RunLogWriter:
         self._file: Any = None
         self._file_size = 0
         self._start: Any = None
+        #: The number the monitor's first step gets (after the last one of a resumed run).
+        self.first_step = first_step
+        identity = {"run_id": meta.get("run_id"), "paths_digest": meta.get("paths_digest")}
+        self._stamp = encode_record(RUN, encode_json(identity))
         try:
             if self._fs is None:
                 os.makedirs(self._dir, exist_ok=True)
@@ -232,11 +228,12 @@ class RunLogWriter:
         from vinlens.health.monitor.runlog.replay import bundle_name
 
         step, rank, origin = event.step, event.rank, event.origin
-        name = None
+        name = digest = None
         if self._bundles < MAX_REPLAY_BUNDLES and self.error is None:
             data = capture.bundle(step, rank, origin, rng, max_bytes)
             if data is not None:
                 name = bundle_name(step)
+                digest = hashlib.sha256(data).hexdigest()
                 self._bundles += 1
                 try:
                     self.bundle(name, data)
@@ -245,7 +242,8 @@ class RunLogWriter:
                     self._raised = True
                     raise
         record = {f.name: getattr(event, f.name) for f in fields(event)}
-        self.event(record | {"replay": name, "note": capture.inputs_error})
+        extra = {"replay": name, "replay_sha256": digest, "note": capture.inputs_error}
+        self.event(record | extra)
 
     def bundle(self, name: str, data: bytes) -> str:
         """Write one replay bundle whole (a local temporary file renamed into place, or one
@@ -341,16 +339,25 @@ class RunLogWriter:
 
     def _write(self, data: bytes) -> None:
         if self._fs is not None:
-            # Object storage: one whole object per flush.
-            self._fs.pipe_file(f"{self._dir}/{segment_name(self._seq)}", data)
+            # Object storage: one whole object per flush, each naming its run.
+            self._fs.pipe_file(f"{self._dir}/{segment_name(self._seq)}", self._stamp + data)
             self._seq += 1
             return
         if self._file is None or self._file_size >= self._segment_bytes:
             if self._file is not None:
                 self._file.close()
-            self._file = open(f"{self._dir}/{segment_name(self._seq)}", "ab")  # noqa: SIM115
-            self._seq += 1
-            self._file_size = 0
+                self._file = None
+            while self._file is None:
+                # Exclusive: a second writer on the directory (another monitor, another
+                # run) takes the next number instead of appending into this one's segment.
+                try:
+                    name = f"{self._dir}/{segment_name(self._seq)}"
+                    self._file = open(name, "xb")  # noqa: SIM115
+                except FileExistsError:
+                    pass
+                self._seq += 1
+            self._file.write(self._stamp)
+            self._file_size = len(self._stamp)
         # One write of whole records: a reader sees each record whole or not yet.
         self._file.write(data)
         self._file.flush()
@@ -384,16 +391,34 @@ def open_monitor_log(
     run: RunMeta,
     log_dir: str | os.PathLike[str],
     storage_options: Mapping[str, Any] | None,
+    *,
+    resume: bool = False,
 ) -> RunLogWriter:
-    """The writer of a :class:`~vinlens.health.TrainingMonitor` (its metadata record first)."""
+    """The writer of a :class:`~vinlens.health.TrainingMonitor` (its metadata record first):
+    a new run ``run.run_id``, or with ``resume`` the latest run of ``log_dir`` continued
+    (see :mod:`~vinlens.health.monitor.runlog.runs`).
+
+    Raises:
+        ValueError: ``resume`` onto a run that watched other module paths.
+        RunLogError: the destination cannot be written.
+    """
     import torch
     import torch.distributed as dist
 
     import vinlens
+    from vinlens.health.monitor.runlog.resume import resume_point
+    from vinlens.health.monitor.runlog.runs import paths_digest
 
+    run_id, first_step = run.run_id, 0
+    if resume:
+        point = resume_point(log_dir, storage_options, run.module_paths)
+        if point is not None:
+            run_id, first_step = point
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     meta = {
         "format": 1,
+        "run_id": run_id,
+        "paths_digest": paths_digest(run.module_paths),
         "module_paths": list(run.module_paths),
         "fields": list(run.fields),
         "every": run.every,
@@ -403,4 +428,6 @@ def open_monitor_log(
         "torch_version": torch.__version__,
         "started": time.time(),
     }
-    return RunLogWriter(log_dir, storage_options=storage_options, rank=run.rank, meta=meta)
+    return RunLogWriter(
+        log_dir, storage_options=storage_options, rank=run.rank, meta=meta, first_step=first_step
+    )
