@@ -91,9 +91,19 @@ def show(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    run = _open(args)
+    report = _show_report(args, run)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_show(args, run, report)
+    return 0
+
+
+def _rank_rows(run: Any) -> list[dict[str, Any]]:
+    """Per rank: its step counts and the modules with the largest gradient norms logged."""
     import numpy as np
 
-    run = _open(args)
     ranks: list[dict[str, Any]] = []
     for rank in run.ranks:
         series = run.step_series(rank)
@@ -117,6 +127,11 @@ def _show(args: argparse.Namespace) -> int:
                 ],
             }
         )
+    return ranks
+
+
+def _show_report(args: argparse.Namespace, run: Any) -> dict[str, Any]:
+    """What ``run show`` says of a run, as the JSON object ``--json`` prints."""
     events: list[dict[str, Any]] = [
         {
             "step": e.step,
@@ -146,11 +161,12 @@ def _show(args: argparse.Namespace) -> int:
         }
         for r in run.runs
     ]
-    if args.json:
-        report = {"log_dir": str(args.log_dir), "run_id": run.run_id, "runs": runs}
-        report |= {"ranks": ranks, "events": events, "damaged": damaged}
-        print(json.dumps(report))
-        return 0
+    report = {"log_dir": str(args.log_dir), "run_id": run.run_id, "runs": runs}
+    return report | {"ranks": _rank_rows(run), "events": events, "damaged": damaged}
+
+
+def _print_show(args: argparse.Namespace, run: Any, report: dict[str, Any]) -> None:
+    ranks, runs, events = report["ranks"], report["runs"], report["events"]
     print(
         f"run log {args.log_dir}: run {run.run_id}, ranks"
         f" {', '.join(str(r['rank']) for r in ranks)}"
@@ -171,8 +187,8 @@ def _show(args: argparse.Namespace) -> int:
                 ],
             )
         )
-    if damaged:
-        print(f"damaged records skipped: {len(damaged)}")
+    if report["damaged"]:
+        print(f"damaged records skipped: {len(report['damaged'])}")
         for d in run.damaged:
             print(f"  {d.describe()}")
     print(
@@ -200,7 +216,6 @@ def _show(args: argparse.Namespace) -> int:
                 [[t["module"], f"{t['max_grad_norm']:.4g}"] for t in r["top_grad_norm"]],
             )
         )
-    return 0
 
 
 # --------------------------------------------------------------------------- replay
