@@ -1,5 +1,6 @@
-"""``vinlens run show`` and ``vinlens run replay``: what a training run log holds (written by
-``TrainingMonitor(log_dir=)``), and its failing steps re-executed on a model built here."""
+"""``vinlens run show``, ``run replay`` and ``run diff``: what a training run log holds
+(written by ``TrainingMonitor(log_dir=)``), its failing steps re-executed on a model built
+here, and where two run logs part ways (:func:`vinlens.health.compare_runs`)."""
 
 from __future__ import annotations
 
