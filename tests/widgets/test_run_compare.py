@@ -170,6 +170,18 @@ def test_a_live_monitor_shows_its_curves_beside_a_log(
     widget.close()
 
 
+def test_a_monitor_with_a_run_log_is_compared_through_its_log(
+    logs: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    _, _, changed, _ = logs
+    monitor = train(tmp_path / "live")  # closed: every record flushed
+    widget = RunCompareWidget(monitor, changed, interval=3600)
+    assert widget.divergence == compare_runs(monitor.log_dir, changed)
+    assert widget.divergence is not None and widget.divergence.first_step == CHANGED_STEP
+    assert widget.runs["a"]["live"] is False
+    widget.close()
+
+
 def test_a_growing_log_is_compared_again_when_it_moves(tmp_path: Path) -> None:
     paths = ["enc", "head"]
     meta = {"module_paths": paths, "fields": FIELDS, "every": 1}

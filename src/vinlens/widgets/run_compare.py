@@ -57,8 +57,8 @@ from vinlens.widgets.run_compare_payload import (
 __all__ = ["DIFFERENCE_FIELDS", "RunCompareWidget"]
 
 _NO_LOGS = (
-    "a live TrainingMonitor has no fingerprints to compare: give it log_dir= and compare its "
-    "run log (open_run(log_dir)) to find where the runs part ways"
+    "a TrainingMonitor without log_dir= has no fingerprints to compare: give it log_dir= to"
+    " find where the runs part ways"
 )
 
 #: Least time between two checks of the followed runs (an ``interval`` of 0 would spin).
@@ -112,6 +112,16 @@ def _side(name: str, value: Any) -> _Side:
         return _Side(name, open_run(value), None, None)
     if isinstance(value, TrainingRun):
         return _Side(name, value, None, None)
+    if isinstance(value, TrainingMonitor) and value.log_dir is not None:
+        # The monitor's own run log: its fingerprints make the comparison (the log trails
+        # the loop by at most the writer's flush interval).
+        try:
+            log = open_run(
+                value.log_dir, storage_options=value.storage_options, run_id=value.run_id
+            )
+        except FileNotFoundError:  # nothing flushed yet: its curves, live, until restarted
+            return _Side(name, None, value, int(value.rank))
+        return _Side(name, log, None, int(value.rank))
     if isinstance(value, TrainingMonitor):
         return _Side(name, None, value, int(value.rank))
     raise TypeError(

@@ -198,6 +198,9 @@ class TrainingMonitor:
         if isinstance(replay_max_bytes, bool) or not isinstance(replay_max_bytes, int):
             raise ValueError(f"replay_max_bytes must be an integer, got {replay_max_bytes!r}")
         self.replay_max_bytes = replay_max_bytes
+        #: Where the run log goes (None: in memory only), its options and the run's id.
+        self.log_dir, self.storage_options = log_dir, storage_options
+        self.run_id: str | None = None
         if log_dir is not None:
             from vinlens.health.monitor.runlog.runs import new_run_id
             from vinlens.health.monitor.runlog.writer import open_monitor_log
@@ -205,6 +208,7 @@ class TrainingMonitor:
             meta = RunMeta(tuple(self.module_paths), every, self.rank, ROW_FIELDS, new_run_id())
             self._log = open_monitor_log(meta, log_dir, storage_options, resume=resume)
             self._step = self._log.first_step
+            self.run_id = self._log.run_id
         self._prints = StepPrints(model, self._module, self.module_paths, self._log)
 
     # ------------------------------------------------------------------ the loop

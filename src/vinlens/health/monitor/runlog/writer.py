@@ -125,6 +125,8 @@ class RunLogWriter:
         #: The number the monitor's first step gets (after the last one of a resumed run).
         self.first_step = first_step
         identity = {"run_id": meta.get("run_id"), "paths_digest": meta.get("paths_digest")}
+        run_id = identity["run_id"]
+        self.run_id = run_id if isinstance(run_id, str) else None
         self._stamp = encode_record(RUN, encode_json(identity))
         try:
             if self._fs is None:
