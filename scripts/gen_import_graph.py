@@ -5,8 +5,8 @@ including the ones inside functions that keep heavy or optional imports lazy), g
 the units the architecture talks about: the bottom modules (``operations``, ``hooks``,
 ``wrappers``), ``workers``, each engine package, ``store.diagnostics`` apart from ``store``,
 the outputs and the widgets; the store is split into its layers: ``store.compare`` above
-``store.diagnostics`` above the store core, and the ``store`` package door (its
-``__init__``, which re-exports every room) apart from the core it opens.
+``store.diagnostics`` above the store core, and the ``store`` package's ``__init__``
+(which re-exports every subpackage) apart from the core it re-exports.
 
 ``MAY_IMPORT`` is the layering rule: for each unit, the units it may import.
 :func:`violations` lists every arrow of a graph the rule does not allow; the docs test
@@ -32,7 +32,7 @@ DOC = ROOT / "docs" / "architecture.md"
 START = "<!-- import-graph:start (scripts/gen_import_graph.py writes this section) -->"
 END = "<!-- import-graph:end -->"
 
-#: The ``store`` package's own ``__init__`` (the door re-exporting every room): a unit apart
+#: The ``store`` package's own ``__init__`` (re-exporting every subpackage): a unit apart
 #: from the store core, since it imports the layers above the core.
 STORE_DOOR = "vinlens.store.__init__"
 
@@ -218,7 +218,7 @@ def render(edges: dict[str, set[str]]) -> str:
         "The last column is the layering rule, `MAY_IMPORT` in the script: `tests/test_docs.py`",
         "fails on any arrow it does not allow (inside the store: `store.compare` →",
         "`store.diagnostics` → the store core, never back; `store.__init__` is the",
-        "package door `vinlens/store/__init__.py`, which re-exports every room).",
+        "package's `__init__` (`vinlens/store/__init__.py`, which re-exports every subpackage).",
         "",
         END,
     ]
