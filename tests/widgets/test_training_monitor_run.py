@@ -195,9 +195,10 @@ def test_the_rank_selector_shows_each_rank_and_the_events_of_all(tmp_path: Path)
 
 
 def test_one_rank_of_a_run_or_its_directory_is_shown_as_the_run_is(tmp_path: Path) -> None:
-    train(tmp_path / "run")
-    paths = ["0", "1", "2", "3"]
+    monitor = train(tmp_path / "run")
+    paths = list(monitor.module_paths)
     meta = {"module_paths": paths, "fields": FIELDS, "every": 2, "rank": 1, "world_size": 2}
+    meta["run_id"] = monitor.run_id  # rank 1 of the monitor's run
     writer = RunLogWriter(tmp_path / "run", storage_options=None, rank=1, meta=meta)
     for step in range(0, 6, 2):
         writer.sample(step, np.full((len(paths), len(FIELDS)), 3.0))
