@@ -17,6 +17,7 @@ import { h, replaceChildren } from "../lib/dom";
 import { decodeArray, decodeFloat, formatNumber } from "../lib/payload";
 import { statusView } from "../lib/status";
 import { sharedCurves, stepX, type Buckets } from "../lib/step-curves";
+import { paintStrip as paintRowStrip } from "../lib/strip";
 import { setText, VirtualTable, type VTColumn } from "../lib/virtual-table";
 
 type WireFloat = number | { $float: string } | null;
@@ -230,18 +231,7 @@ function render({ model, el }: { model: AnyModel<RunCompareModel>; el: HTMLEleme
   tableHost.append(table.el);
 
   function paintStrip(cell: HTMLElement, row: number): void {
-    let canvas = cell.firstElementChild as HTMLCanvasElement | null;
-    if (!canvas || canvas.tagName !== "CANVAS") {
-      canvas = h("canvas", { class: "vl-rc-strip", height: 1, "aria-hidden": "true" });
-      replaceChildren(cell, canvas);
-    }
-    if (!map || !map.cols) { canvas.width = 1; return; }
-    if (canvas.width !== map.cols) canvas.width = map.cols;
-    const ctx = canvas.getContext("2d");
-    if (!ctx) return;
-    const image = ctx.createImageData(map.cols, 1);
-    map.rowPixels(row, image.data);
-    ctx.putImageData(image, 0, 0);
+    paintRowStrip(cell, row, map, "vl-rc-strip");
   }
 
   function renderCell(row: number, key: string, cell: HTMLElement): void {
