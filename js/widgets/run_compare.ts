@@ -11,13 +11,13 @@ import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
 import { mountRoot } from "../lib/theme";
 import "./run_compare.css";
-import { fillRGBA, gradientCss, type ColormapName } from "../lib/colormap";
+import { gradientCss, type ColormapName } from "../lib/colormap";
 import { svg } from "../lib/charts";
 import { h, replaceChildren } from "../lib/dom";
 import { decodeArray, decodeFloat, formatNumber } from "../lib/payload";
 import { statusView } from "../lib/status";
 import { sharedCurves, stepX, type Buckets } from "../lib/step-curves";
-import { paintStrip as paintRowStrip } from "../lib/strip";
+import { LogHeatmap, paintStrip as paintRowStrip } from "../lib/log-heatmap";
 import { setText, VirtualTable, type VTColumn } from "../lib/virtual-table";
 
 type WireFloat = number | { $float: string } | null;
@@ -116,42 +116,11 @@ export function verdictText(v: Verdict): string {
   return `The runs part ways at ${where}${rank}${what ? `; ${what} differs first${values}` : ""}.${cause}${note}`;
 }
 
-/** A relative-difference heatmap: log10 of positive finite values; 0 (equal) and NaN stay
- * out of the scale; a non-finite difference is marked. */
-export class DifferenceMap {
-  readonly logs: Float32Array;
-  readonly vmin: number;
-  readonly vmax: number;
-  readonly nonFinite: Uint8Array;
-
-  constructor(readonly rows: number, readonly cols: number, values: ArrayLike<number>) {
-    this.logs = new Float32Array(rows * cols);
-    this.nonFinite = new Uint8Array(rows * cols);
-    let lo = Infinity;
-    let hi = -Infinity;
-    for (let i = 0; i < rows * cols; i++) {
-      const v = Number(values[i]);
-      if (Number.isNaN(v) || v === Infinity || v === -Infinity) this.nonFinite[i] = 1;
-      const l = v > 0 && Number.isFinite(v) ? Math.log10(v) : NaN;
-      this.logs[i] = l;
-      if (l < lo) lo = l;
-      if (l > hi) hi = l;
-    }
-    if (!(lo <= hi)) { lo = -1; hi = 0; }
-    if (lo === hi) lo -= 1;
-    this.vmin = lo;
-    this.vmax = hi;
-  }
-
-  /** RGBA pixels of one row: transparent where the runs are equal, teal where the
-   * difference is not a number. */
-  rowPixels(row: number, out?: Uint8ClampedArray): Uint8ClampedArray {
-    const pixels = out ?? new Uint8ClampedArray(this.cols * 4);
-    fillRGBA(CMAP, this.logs.subarray(row * this.cols, (row + 1) * this.cols), this.vmin, this.vmax, pixels);
-    for (let c = 0; c < this.cols; c++) {
-      if (this.nonFinite[row * this.cols + c]) pixels.set([0, 160, 160, 255], 4 * c);
-    }
-    return pixels;
+/** A relative-difference heatmap: log10 of positive finite values; 0 (equal) stays out of
+ * the scale; a difference that is not a number is marked teal. */
+export class DifferenceMap extends LogHeatmap {
+  constructor(rows: number, cols: number, values: ArrayLike<number>) {
+    super(rows, cols, values, { cmap: CMAP, mark: [0, 160, 160, 255], markNaN: true, empty: [-1, 0], singleAtTop: true });
   }
 }
 

@@ -11,13 +11,13 @@ import type { AnyModel } from "@anywidget/types";
 import "../lib/theme.css";
 import { mountRoot } from "../lib/theme";
 import "./training_monitor.css";
-import { gradientCss, fillRGBA, type ColormapName } from "../lib/colormap";
+import { gradientCss, type ColormapName } from "../lib/colormap";
 import { svg } from "../lib/charts";
 import { h, replaceChildren } from "../lib/dom";
 import { decodeArray, decodeFloat, formatNumber, type NDArray } from "../lib/payload";
 import { CommandClient, CommandError } from "../lib/protocol";
 import { statusView } from "../lib/status";
-import { paintStrip as paintRowStrip } from "../lib/strip";
+import { LogHeatmap as BaseLogHeatmap, paintStrip as paintRowStrip } from "../lib/log-heatmap";
 import { setText, VirtualTable, type VTColumn } from "../lib/virtual-table";
 
 type WireFloat = number | { $float: string } | null;
@@ -88,40 +88,11 @@ const CMAP: ColormapName = "viridis";
 /** Modules with less headroom than this (bits) are highlighted. */
 export const LOW_HEADROOM_BITS = 1;
 
-/** One heatmap: log10 of every positive finite value, and the colour scale's range. */
-export class LogHeatmap {
-  readonly logs: Float32Array;
-  readonly vmin: number;
-  readonly vmax: number;
-  readonly nonFinite: Uint8Array;
-
-  constructor(readonly rows: number, readonly cols: number, values: ArrayLike<number>) {
-    this.logs = new Float32Array(rows * cols);
-    this.nonFinite = new Uint8Array(rows * cols);
-    let lo = Infinity;
-    let hi = -Infinity;
-    for (let i = 0; i < rows * cols; i++) {
-      const v = Number(values[i]);
-      if (v === Infinity || v === -Infinity) this.nonFinite[i] = 1;
-      const l = v > 0 && Number.isFinite(v) ? Math.log10(v) : NaN;
-      this.logs[i] = l;
-      if (l < lo) lo = l;
-      if (l > hi) hi = l;
-    }
-    if (!(lo <= hi)) { lo = 0; hi = 1; }
-    if (lo === hi) { lo -= 0.5; hi += 0.5; }
-    this.vmin = lo;
-    this.vmax = hi;
-  }
-
-  /** RGBA pixels of one row (transparent where a value is missing, NaN or not positive). */
-  rowPixels(row: number, out?: Uint8ClampedArray): Uint8ClampedArray {
-    const pixels = out ?? new Uint8ClampedArray(this.cols * 4);
-    fillRGBA(CMAP, this.logs.subarray(row * this.cols, (row + 1) * this.cols), this.vmin, this.vmax, pixels);
-    for (let c = 0; c < this.cols; c++) {
-      if (this.nonFinite[row * this.cols + c]) pixels.set([220, 20, 60, 255], 4 * c);
-    }
-    return pixels;
+/** One heatmap of the monitor: gradient norms or activation std on a log scale, an
+ * infinity marked red (NaN is a missing sample: transparent). */
+export class LogHeatmap extends BaseLogHeatmap {
+  constructor(rows: number, cols: number, values: ArrayLike<number>) {
+    super(rows, cols, values, { cmap: CMAP, mark: [220, 20, 60, 255], markNaN: false, empty: [0, 1], singleAtTop: false });
   }
 }
 
