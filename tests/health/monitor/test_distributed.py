@@ -3,57 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from dist_launch import run_worker_ranks
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-WORKER = Path(__file__).parents[1] / "distributed_worker.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def run_ranks(
     scenario: str, tmp_path: Path, world: int = 2, backend: str = "gloo"
 ) -> list[dict[str, object]]:
-    port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", VINLENS_TEST_DIST_BACKEND=backend)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).parents[3] / "src"), env.get("PYTHONPATH", "")]
-    )
     outs = [tmp_path / f"rank{r}.json" for r in range(world)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), scenario, str(r), str(world), str(port), str(outs[r])],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=120)[0].decode(errors="replace"))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-4000:]}"
+    run_worker_ranks(scenario, outs, backend=backend)
     return [json.loads(out.read_text()) for out in outs]
 
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from dist_launch import run_worker_ranks
 
 from vinlens.health import TrainingMonitor, compare_runs
 
@@ -16,51 +13,11 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-WORKER = Path(__file__).parents[2] / "distributed_worker.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def ddp_run(log_dir: Path, plant: str) -> Path:
     """Two gloo ranks of ``distributed_worker.py diverge``, logging to ``log_dir``."""
-    port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", VINLENS_TEST_DIST_BACKEND="gloo")
-    env |= {"VINLENS_TEST_PLANT": plant, "VINLENS_TEST_LOG_DIR": str(log_dir)}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).parents[4] / "src"), env.get("PYTHONPATH", "")]
-    )
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                "diverge",
-                str(r),
-                "2",
-                str(port),
-                str(log_dir) + f".{r}.json",
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(2)
-    ]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=120)[0].decode(errors="replace"))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-4000:]}"
+    env = {"VINLENS_TEST_PLANT": plant, "VINLENS_TEST_LOG_DIR": str(log_dir)}
+    run_worker_ranks("diverge", [Path(f"{log_dir}.{r}.json") for r in range(2)], env=env)
     return log_dir
 
 

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from dist_launch import free_port
 
 from vinlens.health import open_run
 
@@ -45,15 +45,9 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.timeout(180)
 def test_the_ranks_of_one_run_share_its_identity(tmp_path: Path) -> None:
-    log, port = tmp_path / "run", str(_free_port())
+    log, port = tmp_path / "run", str(free_port())
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     for mode in ("all", "local"):  # the directory reused: two runs of two ranks each
         procs = [
@@ -68,7 +62,7 @@ def test_the_ranks_of_one_run_share_its_identity(tmp_path: Path) -> None:
         outputs = [proc.communicate(timeout=120)[0].decode(errors="replace") for proc in procs]
         for proc, output in zip(procs, outputs, strict=True):
             assert proc.returncode == 0, output[-3000:]
-        port = str(_free_port())
+        port = str(free_port())
     run = open_run(log)
     assert run.ranks == (0, 1)
     first, latest = run.runs
