@@ -1,10 +1,27 @@
-"""Read back what encode_table() sends, as the browser's decodeTable() does, for widget tests."""
+"""Read back what the payload codecs send, as the browser's decoders do, for widget tests."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+
+def array(node: dict[str, Any]) -> np.ndarray[Any, Any]:
+    """A ``{"$array": ...}`` node as the numpy array it encodes."""
+    a = node["$array"]
+    return np.frombuffer(a["data"], dtype=a["dtype"]).reshape(a["shape"])
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll until a widget's background follower has caught up (fails after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the widget did not catch up within the timeout")
+        time.sleep(0.02)
 
 
 def table_column(node: dict[str, Any], name: str) -> Any:

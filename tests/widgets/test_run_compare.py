@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from payload_decode import array, wait_for
 from torch import nn
 
 from vinlens.health import TrainingMonitor, compare_runs, open_run, relative_difference
@@ -61,19 +60,6 @@ def train(
     if log_dir is not None:
         monitor.close()
     return monitor
-
-
-def array(node: dict[str, Any]) -> np.ndarray[Any, Any]:
-    a = node["$array"]
-    return np.frombuffer(a["data"], dtype=a["dtype"]).reshape(a["shape"])
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the widget did not catch up within the timeout")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from payload_decode import array, wait_for
 from runlog_train import Spike
 from torch import nn
 
@@ -57,19 +57,6 @@ def train(log_dir: Path, steps: int = 30, every: int = 3) -> TrainingMonitor:
             if len(monitor.events) == before:
                 optimizer.step()
     return monitor
-
-
-def array(node: dict[str, Any]) -> np.ndarray[Any, Any]:
-    a = node["$array"]
-    return np.frombuffer(a["data"], dtype=a["dtype"]).reshape(a["shape"])
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the widget did not catch up within the timeout")
-        time.sleep(0.02)
 
 
 def test_a_finished_log_shows_every_sampled_step_the_curves_and_the_events(
