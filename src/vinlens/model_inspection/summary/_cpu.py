@@ -63,33 +63,30 @@ def cpu_moments(tensor: torch.Tensor) -> tuple[float, float, float, float, int] 
         return _compiled_moments(kernel, flat.numpy(), low, high)
     zeros_possible = low <= 0.0 <= high
     if tensor.numel() <= _blocks.BLOCK_ELEMENTS:  # the common activation: one block, no loop
-        if tensor.dtype == torch.float64 and tensor.is_contiguous():
-            found = _block_sums(tensor.view(-1), zeros_possible, owned=False)
-        else:
-            # Into this thread's scratch buffer (copy_: Tensor.to(float64) is several times
-            # slower on the CPU): a fresh allocation per output, between the forward's own,
-            # lands on newly mapped pages.
-            wide = _scratch(tensor.numel())
-            wide.view(tensor.shape).copy_(tensor)
-            found = _block_sums(wide, zeros_possible, owned=True)
-        if found is None:
-            return None
-        return found[0], found[1], low, high, found[2]
+        found = _widened_sums(tensor, zeros_possible)
+        return None if found is None else (found[0], found[1], low, high, found[2])
     total = squares = 0.0
     zeros = 0
     for block in tensor_blocks(tensor, _blocks.BLOCK_ELEMENTS):
-        if block.dtype == torch.float64 and block.is_contiguous():
-            found = _block_sums(block.reshape(-1), zeros_possible, owned=False)
-        else:
-            wide = _scratch(block.numel())
-            wide.view(block.shape).copy_(block)
-            found = _block_sums(wide, zeros_possible, owned=True)
+        found = _widened_sums(block, zeros_possible)
         if found is None:
             return None
         total += found[0]
         squares += found[1]
         zeros += found[2]
     return total, squares, low, high, zeros
+
+
+def _widened_sums(block: torch.Tensor, zeros_possible: bool) -> tuple[float, float, int] | None:
+    """:func:`_block_sums` of one block in float64: read in place when it already is a
+    contiguous float64 block, else widened into this thread's scratch buffer (``copy_``:
+    ``Tensor.to(float64)`` is several times slower on the CPU, and a fresh allocation per
+    output, between the forward's own, lands on newly mapped pages)."""
+    if block.dtype == torch.float64 and block.is_contiguous():
+        return _block_sums(block.reshape(-1), zeros_possible, owned=False)
+    wide = _scratch(block.numel())
+    wide.view(block.shape).copy_(block)
+    return _block_sums(wide, zeros_possible, owned=True)
 
 
 _Kernel = Callable[[np.ndarray], tuple[float, float, int]]
