@@ -70,3 +70,25 @@ def test_the_compiled_and_the_torch_paths_agree_within_the_bound(
         # The fallback squares a float64 norm: two more roundings than the sum itself.
         bound = 2 * (gamma(tensor.numel()) + 4 * U) * want
         assert abs(a - want) <= bound and abs(b - want) <= bound
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_input_batch_sum_and_squares_are_within_the_bound(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(6)
+    batch = torch.randn(4, 3, 16, 16, generator=generator, dtype=dtype).contiguous(
+        memory_format=torch.channels_last
+    )
+    compiled = fingerprint._sum_and_squares(batch)
+    assert compiled.dtype == torch.float64 and compiled.shape == (2,)
+    total, squares = compiled.tolist()
+    values = batch.double().reshape(-1).tolist()
+    k = batch.numel()
+    assert abs(total - math.fsum(values)) <= 2 * gamma(k) * math.fsum(abs(v) for v in values)
+    want = exact(batch)
+    assert abs(squares - want) <= 2 * (gamma(k) + U) * want
+    # A layout the compiled pass cannot read takes the torch path, to the same bound.
+    strided = batch.double()[:, :, ::2]
+    total, squares = fingerprint._sum_and_squares(strided).tolist()
+    values = strided.reshape(-1).tolist()
+    assert abs(total - math.fsum(values)) <= 2 * gamma(k) * math.fsum(abs(v) for v in values)
+    assert abs(squares - exact(strided)) <= 2 * (gamma(k) + U) * exact(strided)

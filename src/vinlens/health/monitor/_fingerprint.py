@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from vinlens.health.monitor._steps import ModelTree
 from vinlens.health.summaries import labelled_modules
 from vinlens.hooks import HookSet
-from vinlens.model_inspection.summary import sums_of_squares
+from vinlens.model_inspection.summary import sum_and_squares, sums_of_squares
 
 if TYPE_CHECKING:
     from vinlens.health.monitor.runlog.writer import RunLogWriter
@@ -53,6 +54,17 @@ def _own_parameters(
         if path in rows
         for parameter in module.parameters(recurse=False)
     ]
+
+
+def _sum_and_squares(x: torch.Tensor) -> torch.Tensor:
+    """``[sum, sum of squares]`` of ``x`` in float64: one compiled pass over a dense CPU
+    float32/float64 tensor's memory where numba is installed (no copy of the batch), else
+    one float64 copy reduced twice (the squares as a dot product, not a second tensor)."""
+    found = sum_and_squares(x)
+    if found is not None:
+        return torch.tensor(found, dtype=torch.float64)
+    wide = x.to(torch.float64).reshape(-1)
+    return torch.stack((wide.sum(), torch.dot(wide, wide)))
 
 
 def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -160,7 +172,7 @@ class StepPrints:
         self._weights = _Norms(len(paths))
         self._grads = _Norms(len(paths))
         self._owned: list[tuple[nn.Parameter, int]] = []
-        self._owned_key: tuple[int, ...] = ()
+        self._tree: ModelTree | None = None  # built on the first step, when log is set
         self._armed = False
         self._thread = 0
         self._inputs: tuple[Any, torch.Tensor | None] = ((), None)
@@ -172,12 +184,11 @@ class StepPrints:
             self._hooks.forward_pre(model, self._pre, with_kwargs=True)
 
     def _targets(self) -> list[tuple[nn.Parameter, int]]:
-        """The watched modules' own parameters, found again when the model's tree changed."""
-        key = tuple(id(p) for p in self._module.parameters())
-        if key != self._owned_key:
-            targets = labelled_modules(self._module, None)
-            self._owned = _own_parameters(targets, self._paths)
-            self._owned_key = key
+        """The watched modules' own parameters, found again when the model's tree changed
+        (:class:`ModelTree`: an identity check of each module's members, no walk a step)."""
+        if self._tree is None or self._tree.changed():
+            self._tree = self._tree or ModelTree(self._module)
+            self._owned = _own_parameters(labelled_modules(self._module, None), self._paths)
         return self._owned
 
     def _pre(self, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -191,9 +202,7 @@ class StepPrints:
             values = []
             for t in tensors:
                 x = t.detach()
-                x = torch.view_as_real(x) if x.is_complex() else x
-                x = x.to(torch.float64)
-                values.append(torch.stack((x.sum(), x.square().sum())))
+                values.append(_sum_and_squares(torch.view_as_real(x) if x.is_complex() else x))
             device = self._start.device if self._start is not None else values[0].device
             joined = torch.cat([_moved(v, device) for v in values])
         signature = tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from vinlens.model_inspection.summary._blocks import BLOCK_ELEMENTS, tensor_blocks
 from vinlens.model_inspection.summary._cache import FiniteCache, SummaryCache
-from vinlens.model_inspection.summary._cpu import finite_pair_sums, sums_of_squares
+from vinlens.model_inspection.summary._cpu import finite_pair_sums, sum_and_squares, sums_of_squares
 from vinlens.model_inspection.summary._moments import (
     SummaryAccumulator,
     TensorSummary,
@@ -56,6 +56,7 @@ __all__ = [
     "TensorSummary",
     "finite_pair_sums",
     "stored_elements",
+    "sum_and_squares",
     "summarize_tensor",
     "summary_unsupported_reason",
     "sums_of_squares",

@@ -158,6 +158,23 @@ def finite_pair_sums(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, fl
     return found
 
 
+def sum_and_squares(tensor: torch.Tensor) -> tuple[float, float] | None:
+    """The float64 sum and sum of squares of a CPU float32/float64 tensor, one compiled pass
+    over its memory (no float64 copy); None where the pass does not apply (no numba,
+    another device or dtype, a tensor that is not dense). Non-finite values give non-finite
+    sums; each sum errs by at most ``gamma_k`` times the sum of its terms' magnitudes."""
+    kernels = _kernels()
+    if kernels is None or tensor.device.type != "cpu" or tensor.dtype not in FAST_DTYPES:
+        return None
+    flat = _memory_order(tensor.detach())
+    if flat is None:
+        return None
+    if not flat.numel():
+        return 0.0, 0.0
+    total, squares, _ = kernels.moments(flat.numpy())
+    return float(total), float(squares)
+
+
 def sums_of_squares(tensors: Sequence[torch.Tensor]) -> list[float] | None:
     """The float64 sum of squares of each CPU float32/float64 tensor, one compiled pass over
     each tensor's memory (no float64 copy); None where the pass does not apply to all of
