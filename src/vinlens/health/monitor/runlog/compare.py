@@ -403,9 +403,11 @@ def compare_runs(
     run_a, run_b = _open(a, storage_options_a), _open(b, storage_options_b)
     pairs = _pairs(run_a, run_b, ranks)
     paths_a, paths_b = run_a.module_paths, run_b.module_paths
-    shared = [p for p in paths_a if p in set(paths_b)]
-    unmatched = tuple(p for p in paths_a if p not in set(paths_b)) + tuple(
-        p for p in paths_b if p not in set(paths_a)
+    in_a, in_b = set(paths_a), set(paths_b)
+    shared = [p for p in paths_a if p in in_b]
+    common = set(shared)
+    unmatched = tuple(p for p in paths_a if p not in in_b) + tuple(
+        p for p in paths_b if p not in in_a
     )
     tolerances = (float(rtol), float(atol))
     rows = _Rows({}, {}, {})
@@ -413,12 +415,13 @@ def compare_runs(
     order: tuple[str, ...] = ()
     for pair in pairs:
         fa = pair.prints[0] if pair.prints else run_a.fingerprints(pair.rank)
-        order = order or tuple(p for p in fa.output_order if p in set(shared))
+        order = order or tuple(p for p in fa.output_order if p in common)
         _print_candidates(pair, shared, *tolerances, rows, found)
         _sample_candidates(run_a, run_b, pair, shared, order, tolerances, rows, found)
         _series_candidates(pair, tolerances, found)
     notes = [] if all(p.prints for p in pairs) else [_NO_PRINTS]
-    production = [*order, *(p for p in shared if p not in set(order))]
+    ordered = set(order)
+    production = [*order, *(p for p in shared if p not in ordered)]
     first = min(found, key=lambda f: (f.step, f.order, f.rank)) if found else None
     if first is not None and first.note:
         notes.insert(0, first.note)
@@ -479,9 +482,11 @@ def relative_difference(
             needs that a run did not log.
     """
     fa, fb = a.fingerprints(rank), b.fingerprints(rank)
-    shared = [p for p in a.module_paths if p in set(b.module_paths)]
-    order = [p for p in fa.output_order if p in set(shared)]
-    shared = [*order, *(p for p in shared if p not in set(order))]
+    in_b = set(b.module_paths)
+    common = {p for p in a.module_paths if p in in_b}
+    order = [p for p in fa.output_order if p in common]
+    ordered = set(order)
+    shared = [*order, *(p for p in a.module_paths if p in common and p not in ordered)]
     if field in ("weight_norm", "grad_norm") and fa.logged and fb.logged:
         steps, ia, ib = np.intersect1d(fa.steps, fb.steps, return_indices=True)
         xa = getattr(fa, field)[ia][:, _columns(fa.module_paths, shared)].T
